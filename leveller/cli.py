@@ -1,0 +1,68 @@
+"""`leveller` command-line entry point: a thin dispatcher over leveller.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from leveller import __version__
+from leveller.errors import UserError
+
+# name -> (module, one-line help). Order is the order shown by --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("leveller.commands.demo", "run the main demonstration (see README)"),
+    "simulate": ("leveller.commands.simulate", "run a fluid simulator (single link)"),
+    "levels": ("leveller.commands.levels", "compress job ranks into K switch levels for given flows"),
+    "bench": ("leveller.commands.bench", "print performance figures (datapath, shim, ...)"),
+    "testbed": ("leveller.commands.testbed", "build / tear down the emulated cluster"),
+    "sdn": ("leveller.commands.sdn", "run the os-ken OpenFlow app"),
+    "controller": ("leveller.commands.controller", "run the central controller (ranks jobs every tau)"),
+    "agent": ("leveller.commands.agent", "run the host agent (rate tracker, flow table, DSCP marking)"),
+    "status": ("leveller.commands.status", "show jobs, R, levels and flows from a running controller"),
+    "job": ("leveller.commands.job", "run the training-job emulator"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full parser; commands whose module is not present yet are left out."""
+    parser = argparse.ArgumentParser(
+        prog="leveller",
+        description="LEVELLER: strict switch priority to the training job with the lowest "
+        "normalized progress rate R = iterations x ideal iteration time / elapsed.",
+    )
+    parser.add_argument("--version", action="version", version=f"leveller {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.configure(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run the chosen command; user errors exit 2 with one line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except UserError as exc:
+        print(f"leveller {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Install what LEVELLER needs from the system, idempotently:
+#  - Debian packages (bcc, OVS, iperf3, ...) when missing;
+#  - a kernel headers link for bcc when the running kernel has none.
+# A machine that already has everything is left untouched.
+set -euo pipefail
+
+PACKAGES=(
+  python3-bpfcc libbpfcc libbpf-dev clang bpftool
+  openvswitch-switch iperf3 ethtool iproute2 iptables tcpdump iputils-ping
+)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+kver=$(uname -r)
+need_headers=0
+if [ ! -e "/lib/modules/$kver/build/include" ]; then
+  need_headers=1
+  dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" \
+    || missing+=(linux-headers-amd64)
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages: ${missing[*]}"
+    log "run 'sudo make setup' once (or install them yourself); continuing without them"
+    exit 0
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # OVS's maintainer scripts try to start services; there may be no init system.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$need_headers" -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
+  # The running kernel ships no headers package; bcc's tc programs only use
+  # stable uapi headers, so Debian's generic amd64 headers do.
+  build=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1 || true)
+  common=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -n "$build" ] && [ -n "$common" ]; then
+    mkdir -p "/lib/modules/$kver"
+    ln -sfn "$build" "/lib/modules/$kver/build"
+    ln -sfn "$common" "/lib/modules/$kver/source"
+    log "linked /lib/modules/$kver/build -> $build"
+  else
+    log "no kernel headers found under /usr/src; bcc will not compile"
+  fi
+fi

@@ -1,0 +1,32 @@
+"""Shared test policy.
+
+Tests marked ``privileged`` need root (namespaces, BPF, OVS). Without root
+they skip, unless LEVELLER_REQUIRE_PRIVILEGED=1 (set by .ci/run), under
+which any skip at all is turned into a failure: CI must run everything.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+REQUIRE_PRIVILEGED = os.environ.get("LEVELLER_REQUIRE_PRIVILEGED") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.geteuid() == 0:
+        return
+    for item in items:
+        if "privileged" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="needs root (namespaces, BPF, OVS)"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_PRIVILEGED and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.longrepr = f"skipped under LEVELLER_REQUIRE_PRIVILEGED=1 (a skip is a failure in CI): {reason}"
