@@ -8,6 +8,7 @@ set -euo pipefail
 PACKAGES=(
   python3-bpfcc libbpfcc libbpf-dev clang bpftool
   openvswitch-switch iperf3 ethtool iproute2 iptables tcpdump iputils-ping
+  libibverbs-dev
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
