@@ -1,0 +1,150 @@
+"""Deterministic ECMP path choice for a flow (5-tuple) over a Topology.
+
+PURE. Among the equal-cost (fewest hops) paths between the flow's source and
+destination hosts, the path is picked by a stable hash of the 5-tuple, so the
+SDN app, a restarted app and any caller asking "which links does this flow
+cross" all get the same answer without coordination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import networkx as nx
+
+from leveller.core.topology import Topology
+from leveller.errors import UserError
+
+PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
+
+
+@dataclass(frozen=True, order=True)
+class FlowKey:
+    """IPv4 5-tuple; ports are 0 for protocols without ports."""
+
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    proto: int
+
+    def reversed(self) -> "FlowKey":
+        return FlowKey(self.dst, self.src, self.dport, self.sport, self.proto)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "sport": self.sport, "dport": self.dport, "proto": self.proto}
+
+    def cookie(self) -> int:
+        """Stable 63-bit id (OpenFlow cookie of the flow's rules; top bit left clear)."""
+        return stable_hash(self) & (2**63 - 1)
+
+
+def flow_key(src: Any, dst: Any, sport: Any = 0, dport: Any = 0, proto: Any = "tcp") -> FlowKey:
+    """Build a FlowKey from loosely typed input (e.g. query strings); UserError if invalid."""
+    for name, value in (("src", src), ("dst", dst)):
+        try:
+            ipaddress.IPv4Address(str(value))
+        except ValueError:
+            raise UserError(f"flow: {name} = {value!r} is invalid; an IPv4 address") from None
+    if isinstance(proto, str) and proto.lower() in PROTOCOLS:
+        proto_n = PROTOCOLS[proto.lower()]
+    else:
+        try:
+            proto_n = int(proto)
+        except (TypeError, ValueError):
+            raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255") from None
+        if not 0 <= proto_n <= 255:
+            raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255")
+    ports = []
+    for name, value in (("sport", sport), ("dport", dport)):
+        try:
+            port = int(value)
+        except (TypeError, ValueError):
+            raise UserError(f"flow: {name} = {value!r} is invalid; an integer 0..65535") from None
+        if not 0 <= port <= 65535:
+            raise UserError(f"flow: {name} = {value!r} is invalid; an integer 0..65535")
+        ports.append(port if proto_n in (6, 17) else 0)
+    return FlowKey(str(src), str(dst), ports[0], ports[1], proto_n)
+
+
+def stable_hash(flow: FlowKey) -> int:
+    """64-bit hash of the 5-tuple, identical across processes (unlike hash())."""
+    text = f"{flow.src}|{flow.dst}|{flow.sport}|{flow.dport}|{flow.proto}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One switch on a path: the packet enters on `in_port` and leaves on `out_port`."""
+
+    switch: str
+    dpid: int
+    in_port: int
+    out_port: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"switch": self.switch, "dpid": self.dpid, "in_port": self.in_port, "out_port": self.out_port}
+
+
+@dataclass(frozen=True)
+class Path:
+    flow: FlowKey
+    src_host: str
+    dst_host: str
+    nodes: tuple[str, ...]
+    hops: tuple[Hop, ...]
+    choices: int
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        """Directed links crossed, named 'a>b' (contention is per direction)."""
+        return tuple(f"{a}>{b}" for a, b in zip(self.nodes, self.nodes[1:]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flow": self.flow.to_dict(), "src_host": self.src_host, "dst_host": self.dst_host,
+                "nodes": list(self.nodes), "links": list(self.links),
+                "hops": [h.to_dict() for h in self.hops], "choices": self.choices}
+
+
+def graph(topo: Topology) -> nx.Graph:
+    g = nx.Graph()
+    g.add_nodes_from(h.name for h in topo.hosts)
+    g.add_nodes_from(s.name for s in topo.switches)
+    g.add_edges_from((l.a, l.b) for l in topo.links)
+    return g
+
+
+def equal_cost_paths(topo: Topology, src_host: str, dst_host: str,
+                     g: nx.Graph | None = None) -> list[tuple[str, ...]]:
+    """All fewest-hop node paths between two hosts, sorted (a deterministic order).
+
+    Paths never transit another host (hosts are single-homed, so they cannot)."""
+    g = graph(topo) if g is None else g
+    return sorted(tuple(p) for p in nx.all_shortest_paths(g, src_host, dst_host))
+
+
+def choose_path(topo: Topology, flow: FlowKey, g: nx.Graph | None = None) -> Path | None:
+    """The path of a flow, or None when its addresses are not hosts of the topology
+    (or both ends are the same host)."""
+    src, dst = topo.host_by_ip(flow.src), topo.host_by_ip(flow.dst)
+    if src is None or dst is None or src == dst:
+        return None
+    candidates = equal_cost_paths(topo, src.name, dst.name, g)
+    nodes = candidates[stable_hash(flow) % len(candidates)]
+    hops = []
+    for prev, here, nxt in zip(nodes, nodes[1:], nodes[2:]):
+        sw = topo.switch(here)
+        hops.append(Hop(here, sw.dpid, topo.port_towards(here, prev), topo.port_towards(here, nxt)))
+    return Path(flow, src.name, dst.name, nodes, tuple(hops), len(candidates))
+
+
+def flow_from_mapping(query: Mapping[str, Any]) -> FlowKey:
+    """FlowKey from a mapping with src, dst and optional sport, dport, proto (default tcp)."""
+    for key in ("src", "dst"):
+        if key not in query:
+            raise UserError(f"flow: missing {key!r}; give src, dst, sport, dport, proto")
+    return flow_key(query["src"], query["dst"], query.get("sport", 0), query.get("dport", 0),
+                    query.get("proto", "tcp"))

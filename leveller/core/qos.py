@@ -1,0 +1,111 @@
+"""Level -> DSCP -> switch queue mapping: one configuration used by hosts and switches.
+
+PURE. Level 0 is the lowest priority and K-1 the highest (as in `leveller levels`).
+Level L is carried in DSCP `dscp[L]` and served by switch queue `queue[L]`.
+
+Defaults for K levels (K <= 8): DSCP = the first K of
+    0 (CS0), 8 (CS1), 16 (CS2), 24 (CS3), 32 (CS4), 40 (CS5), 10 (AF11), 18 (AF21)
+and queue L for level L. EF (46), CS6 (48) and CS7 (56), which deployments keep
+for voice and network control, are never used by default (an explicit mapping
+may use them). Unmarked traffic (DSCP 0) therefore lands at level 0.
+
+Queues are strict priority: OVS queue q is HTB class 1:(q+1) with kernel HTB
+priority K-1-q (0 is served first), a small guaranteed rate and the link rate as
+ceiling, so a higher queue takes all the bandwidth it can use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from leveller.errors import UserError
+
+MAX_LEVELS = 8
+DEFAULT_DSCP = (0, 8, 16, 24, 32, 40, 10, 18)
+RESERVED_DSCP = (46, 48, 56)
+
+
+@dataclass(frozen=True)
+class LevelMap:
+    dscp: tuple[int, ...]
+    queue: tuple[int, ...]
+
+    @property
+    def levels(self) -> int:
+        return len(self.dscp)
+
+    def dscp_for_level(self, level: int) -> int:
+        if not 0 <= level < self.levels:
+            raise UserError(f"level = {level!r} is invalid; 0..{self.levels - 1}")
+        return self.dscp[level]
+
+    def queue_for_dscp(self, dscp: int) -> int:
+        """Queue of a DSCP value; unknown values go to the lowest level's queue."""
+        for d, q in zip(self.dscp, self.queue):
+            if d == dscp:
+                return q
+        return self.queue[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"levels": self.levels, "dscp": list(self.dscp), "queue": list(self.queue)}
+
+
+def default_level_map(levels: int = 4) -> LevelMap:
+    if isinstance(levels, bool) or not isinstance(levels, int) or not 1 <= levels <= MAX_LEVELS:
+        raise UserError(f"levels = {levels!r} is invalid; an integer 1..{MAX_LEVELS}")
+    return LevelMap(DEFAULT_DSCP[:levels], tuple(range(levels)))
+
+
+def level_map_from_dict(data: Mapping[str, Any]) -> LevelMap:
+    """Validate `{"dscp": [...], "queue": [...]}` (queue optional: identity)."""
+    dscp = data.get("dscp")
+    if not isinstance(dscp, Sequence) or isinstance(dscp, str) or not 1 <= len(dscp) <= MAX_LEVELS:
+        raise UserError(f"qos: dscp = {dscp!r} is invalid; a list of 1..{MAX_LEVELS} values, index = level")
+    for v in dscp:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 63:
+            raise UserError(f"qos: dscp value {v!r} is invalid; integers 0..63")
+    if len(set(dscp)) != len(dscp):
+        raise UserError(f"qos: dscp = {list(dscp)!r} is invalid; values must be distinct")
+    queue = data.get("queue", list(range(len(dscp))))
+    if not isinstance(queue, Sequence) or len(queue) != len(dscp):
+        raise UserError(f"qos: queue = {queue!r} is invalid; one queue per level ({len(dscp)})")
+    for v in queue:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(dscp):
+            raise UserError(f"qos: queue value {v!r} is invalid; integers 0..{len(dscp) - 1}")
+    if list(queue) != sorted(queue):
+        raise UserError(f"qos: queue = {list(queue)!r} is invalid; a higher level may not get a lower queue")
+    return LevelMap(tuple(dscp), tuple(queue))
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    queue: int
+    htb_priority: int
+    min_rate_bps: int
+    max_rate_bps: int
+
+
+def queue_configs(levels: int, rate_mbps: float) -> list[QueueConfig]:
+    """Strict-priority HTB queues for one egress port of `rate_mbps`."""
+    max_bps = int(rate_mbps * 1e6)
+    min_bps = max(12_000, max_bps // 1000)
+    return [QueueConfig(q, levels - 1 - q, min_bps, max_bps) for q in range(levels)]
+
+
+def htb_classid(queue: int) -> str:
+    """OVS linux-htb queue q is kernel HTB class 1:(q+1) (hex minor)."""
+    return f"1:{queue + 1:x}"
+
+
+def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:
+    """`tc` argv lists that classify IPv4 packets on `dev` into the HTB class of
+    their DSCP (for datapaths that ignore OpenFlow set_queue). DSCP values not
+    listed fall into HTB's default class, OVS queue 0. Filters use prio 1..K
+    so they can be replaced idempotently; the first argv removes old ones."""
+    cmds = [["tc", "filter", "del", "dev", dev, "parent", "1:", "protocol", "ip"]]
+    for i, (d, q) in enumerate(zip(level_map.dscp, level_map.queue)):
+        cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
+                     "prio", str(i + 1), "u32", "match", "ip", "dsfield", f"0x{d << 2:02x}", "0xfc",
+                     "flowid", htb_classid(q)])
+    return cmds

@@ -1,0 +1,51 @@
+"""Level -> DSCP -> queue mapping and the strict-priority queue/tc configuration built from it."""
+
+import pytest
+
+from leveller.core.qos import (RESERVED_DSCP, default_level_map, htb_classid, level_map_from_dict,
+                               queue_configs, tc_dscp_filters)
+from leveller.errors import UserError
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_defaults_avoid_reserved_dscp_and_keep_unmarked_lowest(k):
+    m = default_level_map(k)
+    assert m.levels == k and m.dscp[0] == 0
+    assert not set(m.dscp) & set(RESERVED_DSCP)
+    assert len(set(m.dscp)) == k
+    assert [m.queue_for_dscp(m.dscp_for_level(l)) for l in range(k)] == list(range(k))
+
+
+def test_unknown_dscp_goes_to_lowest_queue():
+    assert default_level_map(4).queue_for_dscp(46) == 0
+
+
+def test_more_than_8_levels_rejected():
+    with pytest.raises(UserError, match="levels"):
+        default_level_map(9)
+    with pytest.raises(UserError, match="dscp"):
+        level_map_from_dict({"dscp": list(range(9))})
+    with pytest.raises(UserError, match="distinct"):
+        level_map_from_dict({"dscp": [0, 0]})
+    with pytest.raises(UserError, match="0..63"):
+        level_map_from_dict({"dscp": [0, 64]})
+
+
+def test_explicit_map_may_use_ef():
+    m = level_map_from_dict({"dscp": [0, 46]})
+    assert m.queue_for_dscp(46) == 1
+
+
+def test_higher_queue_has_higher_htb_priority():
+    qs = queue_configs(4, 50)
+    assert [q.htb_priority for q in qs] == [3, 2, 1, 0]
+    assert all(q.max_rate_bps == 50_000_000 and 0 < q.min_rate_bps < 1_000_000 for q in qs)
+
+
+def test_tc_filters_map_each_dscp_to_its_htb_class():
+    cmds = tc_dscp_filters("s1-p1", default_level_map(4))
+    assert cmds[0][:3] == ["tc", "filter", "del"]
+    adds = {(c[c.index("dsfield") + 1], c[c.index("flowid") + 1]) for c in cmds[1:]}
+    # DSCP 24 (level 3) -> TOS 0x60 -> queue 3 -> class 1:4
+    assert adds == {("0x00", "1:1"), ("0x20", "1:2"), ("0x40", "1:3"), ("0x60", "1:4")}
+    assert htb_classid(10) == "1:b"
