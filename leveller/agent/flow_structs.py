@@ -1,0 +1,149 @@
+"""Python mirror of bpf/flow_marker.h: the map key/value structs and their encoding.
+
+The ONE place that knows the byte layout of the datapath maps. ctypes structs
+mirror the C structs field by field (tests/unit/test_flow_structs.py compiles
+the header with clang and compares sizes and offsets); FlowKey / FlowStats
+are the friendly immutable forms the agent uses. Pure: no bcc, no I/O.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+PROTOCOLS = {IPPROTO_TCP: "tcp", IPPROTO_UDP: "udp"}
+
+FLOW_DSCP_SET = 0x80  # flow_dscp.mark = FLOW_DSCP_SET | dscp; 0 = leave alone
+FLOW_DSCP_MASK = 0x3F
+DSCP_MAX = 63
+
+
+class FlowKeyC(ctypes.Structure):
+    """struct flow_key (40 bytes)."""
+
+    _fields_ = [
+        ("src_addr", ctypes.c_uint8 * 16),
+        ("dst_addr", ctypes.c_uint8 * 16),
+        ("src_port", ctypes.c_uint16),
+        ("dst_port", ctypes.c_uint16),
+        ("proto", ctypes.c_uint8),
+        ("ip_version", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
+    ]
+
+
+class FlowStatsC(ctypes.Structure):
+    """struct flow_stats (32 bytes)."""
+
+    _fields_ = [
+        ("bytes", ctypes.c_uint64),
+        ("packets", ctypes.c_uint64),
+        ("last_seen_ns", ctypes.c_uint64),
+        ("cgroup_id", ctypes.c_uint64),
+    ]
+
+
+class FlowDscpC(ctypes.Structure):
+    """struct flow_dscp (1 byte)."""
+
+    _fields_ = [("mark", ctypes.c_uint8)]
+
+
+# struct-module formats with the same layout (native byte order, no padding):
+# fast packing of thousands of entries for batched map operations.
+KEY_FORMAT = struct.Struct("=16s16sHHBB2x")
+STATS_FORMAT = struct.Struct("=QQQQ")
+DSCP_FORMAT = struct.Struct("=B")
+
+
+def encode_dscp(dscp: int) -> int:
+    """flow_dscp.mark for a DSCP value; raises ValueError outside 0..63."""
+    if isinstance(dscp, bool) or not isinstance(dscp, int) or not 0 <= dscp <= DSCP_MAX:
+        raise ValueError(f"dscp={dscp!r}: a DSCP is an integer in 0..{DSCP_MAX}")
+    return FLOW_DSCP_SET | dscp
+
+
+def decode_dscp(mark: int) -> int | None:
+    """The DSCP a flow_dscp.mark sets, or None when the program leaves the packet alone."""
+    if mark & FLOW_DSCP_SET and not mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK):
+        return mark & FLOW_DSCP_MASK
+    return None
+
+
+@dataclass(frozen=True)
+class FlowKey:
+    """A TCP or UDP 5-tuple as the egress program sees it (src = this host's side)."""
+
+    src: IPAddress
+    dst: IPAddress
+    sport: int
+    dport: int
+    proto: int = IPPROTO_TCP
+    packed: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        src, dst = _address("src", self.src), _address("dst", self.dst)
+        if src.version != dst.version:
+            raise ValueError(f"src={src}, dst={dst}: both addresses must be IPv4 or both IPv6")
+        for name in ("sport", "dport"):
+            port = getattr(self, name)
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"{name}={port!r}: a port is an integer in 0..65535")
+        if self.proto not in PROTOCOLS:
+            raise ValueError(f"proto={self.proto!r}: allowed are {IPPROTO_TCP} (tcp) and {IPPROTO_UDP} (udp)")
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(
+            self, "packed",
+            KEY_FORMAT.pack(src.packed, dst.packed, self.sport, self.dport, self.proto, src.version),
+        )
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> FlowKey:
+        """Decode the bytes of a struct flow_key."""
+        src, dst, sport, dport, proto, version = KEY_FORMAT.unpack(raw)
+        if version == 4:
+            return cls(ipaddress.IPv4Address(src[:4]), ipaddress.IPv4Address(dst[:4]), sport, dport, proto)
+        if version == 6:
+            return cls(ipaddress.IPv6Address(src), ipaddress.IPv6Address(dst), sport, dport, proto)
+        raise ValueError(f"ip_version={version}: a flow_key holds 4 or 6")
+
+    def reversed(self) -> FlowKey:
+        """The same flow seen from the other end (replies)."""
+        return FlowKey(self.dst, self.src, self.dport, self.sport, self.proto)
+
+    def __str__(self) -> str:
+        def ep(addr: IPAddress, port: int) -> str:
+            return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+        return f"{PROTOCOLS[self.proto]} {ep(self.src, self.sport)} -> {ep(self.dst, self.dport)}"
+
+
+@dataclass(frozen=True)
+class FlowStats:
+    """Counters of one flow (see struct flow_stats for the exact meaning)."""
+
+    bytes: int
+    packets: int
+    last_seen_ns: int
+    cgroup_id: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> FlowStats:
+        """Decode the bytes of a struct flow_stats."""
+        return cls(*STATS_FORMAT.unpack(raw))
+
+
+def _address(name: str, value: object) -> IPAddress:
+    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return value
+    try:
+        return ipaddress.ip_address(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected an IPv4 or IPv6 address") from None

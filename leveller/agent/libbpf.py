@@ -1,0 +1,162 @@
+"""ctypes wrapper of the few libbpf calls bcc 0.26 lacks or gets wrong.
+
+- prog_test_run: BPF_PROG_TEST_RUN through libbpf's bpf_prog_test_run_opts,
+  usable on a program loaded by bcc (its fd); runs the program on crafted
+  packet bytes and returns the verdict and the bytes it produced.
+- map_update_batch / map_delete_batch / map_lookup_all: the kernel's batch
+  map operations on raw byte buffers (bcc's wrappers build one Python object
+  per entry and its lookup loop reuses one variable for count and cursor).
+
+Debian's libbpf.so.1 (1.1) is the library bcc itself links.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+class BpfSyscallError(OSError):
+    """A bpf() command failed; `done` says how many batch entries were applied first."""
+
+    def __init__(self, what: str, err: int, done: int = 0) -> None:
+        super().__init__(err, f"{what} failed: {os.strerror(err)} (after {done} entries)")
+        self.done = done
+
+
+class _TestRunOpts(ctypes.Structure):
+    # struct bpf_test_run_opts, libbpf 1.1 (sz first: libbpf checks it).
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("data_in", ctypes.c_void_p),
+        ("data_out", ctypes.c_void_p),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_void_p),
+        ("ctx_out", ctypes.c_void_p),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    ]
+
+
+class _BatchOpts(ctypes.Structure):
+    # struct bpf_map_batch_opts
+    _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+
+
+@lru_cache(maxsize=1)
+def _lib() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    except OSError as exc:
+        raise OSError(f"libbpf.so.1 not found ({exc}); install the Debian package libbpf1 (make setup)") from None
+    vp, u32p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)
+    lib.bpf_prog_test_run_opts.argtypes = [ctypes.c_int, ctypes.POINTER(_TestRunOpts)]
+    lib.bpf_map_update_batch.argtypes = [ctypes.c_int, vp, vp, u32p, ctypes.POINTER(_BatchOpts)]
+    lib.bpf_map_delete_batch.argtypes = [ctypes.c_int, vp, u32p, ctypes.POINTER(_BatchOpts)]
+    lib.bpf_map_lookup_batch.argtypes = [ctypes.c_int, vp, vp, vp, vp, u32p, ctypes.POINTER(_BatchOpts)]
+    for name in ("bpf_prog_test_run_opts", "bpf_map_update_batch", "bpf_map_delete_batch", "bpf_map_lookup_batch"):
+        getattr(lib, name).restype = ctypes.c_int
+    return lib
+
+
+def _errno(ret: int) -> int:
+    return -ret if ret < 0 else (ctypes.get_errno() or errno.EIO)
+
+
+@dataclass(frozen=True)
+class TestRunResult:
+    """Verdict (e.g. TC_ACT_OK = 0), the packet as the program left it, run time per repeat."""
+
+    retval: int
+    data: bytes
+    duration_ns: int
+
+
+def prog_test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> TestRunResult:
+    """Run a loaded program once (or `repeat` times) on `packet` with BPF_PROG_TEST_RUN."""
+    data_in = ctypes.create_string_buffer(packet, len(packet))
+    data_out = ctypes.create_string_buffer(len(packet) + 256)
+    opts = _TestRunOpts(
+        sz=ctypes.sizeof(_TestRunOpts),
+        data_in=ctypes.cast(data_in, ctypes.c_void_p),
+        data_out=ctypes.cast(data_out, ctypes.c_void_p),
+        data_size_in=len(packet),
+        data_size_out=len(data_out),
+        repeat=repeat,
+    )
+    ret = _lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
+    if ret != 0:
+        raise BpfSyscallError("BPF_PROG_TEST_RUN", _errno(ret))
+    return TestRunResult(opts.retval, data_out.raw[: opts.data_size_out], opts.duration)
+
+
+def _batch_opts(elem_flags: int = 0) -> _BatchOpts:
+    return _BatchOpts(sz=ctypes.sizeof(_BatchOpts), elem_flags=elem_flags, flags=0)
+
+
+def map_update_batch(map_fd: int, keys: bytes, values: bytes, count: int) -> None:
+    """BPF_MAP_UPDATE_BATCH of `count` packed keys and values (BPF_ANY)."""
+    if count == 0:
+        return
+    cnt = ctypes.c_uint32(count)
+    ret = _lib().bpf_map_update_batch(map_fd, keys, values, ctypes.byref(cnt), ctypes.byref(_batch_opts()))
+    if ret != 0:
+        raise BpfSyscallError("BPF_MAP_UPDATE_BATCH", _errno(ret), cnt.value)
+
+
+def map_delete_batch(map_fd: int, keys: bytes, count: int) -> None:
+    """BPF_MAP_DELETE_BATCH of `count` packed keys (all must exist)."""
+    if count == 0:
+        return
+    cnt = ctypes.c_uint32(count)
+    ret = _lib().bpf_map_delete_batch(map_fd, keys, ctypes.byref(cnt), ctypes.byref(_batch_opts()))
+    if ret != 0:
+        raise BpfSyscallError("BPF_MAP_DELETE_BATCH", _errno(ret), cnt.value)
+
+
+def map_lookup_all(map_fd: int, key_size: int, value_size: int, max_entries: int) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a hash map, read with BPF_MAP_LOOKUP_BATCH.
+
+    Buffers hold max_entries, so a hash bucket always fits (no ENOSPC).
+    Entries the kernel adds or removes meanwhile may or may not be seen.
+    """
+    keys = ctypes.create_string_buffer(key_size * max_entries)
+    values = ctypes.create_string_buffer(value_size * max_entries)
+    cursor_in, cursor_out = ctypes.c_uint64(0), ctypes.c_uint64(0)
+    total = 0
+    first = True
+    lib = _lib()
+    while total < max_entries:
+        cnt = ctypes.c_uint32(max_entries - total)
+        ret = lib.bpf_map_lookup_batch(
+            map_fd,
+            None if first else ctypes.byref(cursor_in),
+            ctypes.byref(cursor_out),
+            ctypes.byref(keys, key_size * total),
+            ctypes.byref(values, value_size * total),
+            ctypes.byref(cnt),
+            ctypes.byref(_batch_opts()),
+        )
+        total += cnt.value
+        if ret != 0:
+            err = _errno(ret)
+            if err == errno.ENOENT:
+                break
+            raise BpfSyscallError("BPF_MAP_LOOKUP_BATCH", err, total)
+        first = False
+        cursor_in.value = cursor_out.value
+    kraw, vraw = keys.raw, values.raw
+    return [
+        (kraw[i * key_size:(i + 1) * key_size], vraw[i * value_size:(i + 1) * value_size])
+        for i in range(total)
+    ]
