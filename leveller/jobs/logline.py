@@ -1,0 +1,39 @@
+"""The one-line-per-iteration log format shared by the emulator, the hook and the rate tracker.
+
+    leveller-iter job=NAME rank=R iter=N t=UNIX_TIME
+
+``iter`` is the number of iterations finished so far (0 = the job has started,
+so ``t`` of that line is the job's start time t0). The rate tracker takes the
+largest ``iter`` it saw, so several ranks logging into one file do not double count.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from leveller.errors import UserError
+
+PREFIX = "leveller-iter"
+DEFAULT_PATTERN = (
+    r"leveller-iter job=(?P<job>\S+)(?: rank=\d+)? iter=(?P<iter>\d+)(?: t=(?P<t>[0-9.]+))?"
+)
+_JOB_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def check_job_name(name: str) -> str:
+    """Return ``name`` if it is a valid job name, else raise UserError naming the rule."""
+    if not _JOB_NAME.fullmatch(name):
+        raise UserError(
+            f"job name {name!r} is invalid: use 1-64 characters from letters, digits, '_', '.', ':', '-'"
+        )
+    return name
+
+
+def format_line(job: str, iteration: int, t: float, rank: int = 0) -> str:
+    """One log line (no trailing newline) for ``iteration`` finished iterations at unix time ``t``."""
+    if iteration < 0:
+        raise ValueError(f"iteration must be >= 0, got {iteration}")
+    if not math.isfinite(t):
+        raise ValueError(f"t must be finite, got {t}")
+    return f"{PREFIX} job={job} rank={rank} iter={iteration} t={t:.6f}"

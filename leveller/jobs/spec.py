@@ -1,0 +1,91 @@
+"""What a job emulator run is: validated from user input, with errors that name the field."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import dataclass
+
+from leveller.errors import UserError
+from leveller.jobs.logline import check_job_name
+
+PATTERNS = ("push", "ring")
+_RATE = re.compile(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(?:bit|bps|b/s)?(?:/s)?", re.I)
+_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_NETNS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where one worker runs: the address it listens on and, optionally, its network namespace."""
+
+    address: str
+    netns: str | None = None
+
+
+def parse_worker(text: str) -> WorkerPlace:
+    """Parse ``ADDR[@NETNS]`` (e.g. ``10.0.0.1@h1`` or ``127.0.0.1``)."""
+    addr, _, netns = text.partition("@")
+    try:
+        ipaddress.ip_address(addr)
+    except ValueError:
+        raise UserError(f"--worker {text!r}: {addr!r} is not an IP address (expected ADDR[@NETNS], "
+                        "e.g. 10.0.0.1@h1 or 127.0.0.1)") from None
+    if netns and not _NETNS.fullmatch(netns):
+        raise UserError(f"--worker {text!r}: namespace {netns!r} is invalid (letters, digits, '_', '.', '-')")
+    return WorkerPlace(addr, netns or None)
+
+
+def parse_rate(text: str) -> float:
+    """Parse a bit rate such as ``100M``, ``1G``, ``2.5e9`` or ``100Mbit``; returns bits/s."""
+    m = _RATE.fullmatch(text.strip())
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()] if m else math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"--rate {text!r} is not a positive bit rate (examples: 100M, 1G, 2.5e9)")
+    return value
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job: W workers alternating C seconds of compute and M seconds of communication at ``rate_bps``."""
+
+    name: str
+    workers: tuple[WorkerPlace, ...]
+    compute_s: float
+    comm_s: float
+    rate_bps: float
+    pattern: str = "push"
+    port: int = 47000
+    iterations: int | None = None
+    duration_s: float | None = None
+    pace: bool = False  # kernel-pace senders at rate_bps (no shaped bottleneck needed, e.g. loopback)
+
+    def __post_init__(self) -> None:
+        check_job_name(self.name)
+        if not self.workers:
+            raise UserError("--worker: at least one worker is required")
+        if self.pattern not in PATTERNS:
+            raise UserError(f"--pattern {self.pattern!r}: allowed values are {', '.join(PATTERNS)}")
+        for field, value in (("--compute", self.compute_s), ("--comm", self.comm_s)):
+            if not (math.isfinite(value) and 0 <= value <= 3600):
+                raise UserError(f"{field} {value!r}: must be a number of seconds in [0, 3600]")
+        if self.comm_s > 0 and len(self.workers) < 2:
+            raise UserError(f"--comm {self.comm_s}: communication needs at least 2 workers, got 1")
+        if not 1024 <= self.port <= 65535 - len(self.workers):
+            raise UserError(f"--port {self.port}: must leave room for one port per worker in 1024..65535")
+        if self.iterations is None and self.duration_s is None:
+            raise UserError("give --iterations or --duration (network traffic must be bounded in time)")
+        if self.iterations is not None and self.iterations < 1:
+            raise UserError(f"--iterations {self.iterations}: must be >= 1")
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and 0 < self.duration_s <= 86400):
+            raise UserError(f"--duration {self.duration_s}: must be in (0, 86400] seconds")
+
+    @property
+    def bytes_per_iteration(self) -> int:
+        """Bytes each sending worker moves per iteration: M seconds at the bottleneck rate."""
+        return int(round(self.comm_s * self.rate_bps / 8))
+
+    def endpoint(self, rank: int) -> tuple[str, int]:
+        """The (address, port) worker ``rank`` listens on: base port + rank, so workers may share a host."""
+        return self.workers[rank].address, self.port + rank

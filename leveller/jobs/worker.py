@@ -1,0 +1,261 @@
+"""One emulated worker process: compute (sleep), exchange bytes over TCP, log the iteration.
+
+Run by the launcher as ``python -m leveller.jobs.worker ...`` (behind
+``ip netns exec NS`` in the testbed). Patterns:
+
+* push: ranks > 0 send B bytes to rank 0 and wait for a 1-byte ack; rank 0
+  reads from all of them at once, then acks. Traffic flows towards rank 0.
+* ring: every rank sends B bytes to rank+1 while reading B bytes from rank-1.
+
+B = M x rate / 8. The loop stops after ``--iterations`` or at the absolute
+``--deadline`` (unix time, shared by all ranks); a peer closing its socket
+after the deadline is a normal end, before it an error. With ``--pace BPS``
+the kernel paces every sending socket (SO_MAX_PACING_RATE), so the rate holds
+even without a shaped bottleneck (loopback tests). At the end the worker
+prints ``leveller-done job=J rank=R iterations=N sent=BYTES received=BYTES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from leveller.jobs.logline import format_line
+
+_CHUNK = 256 * 1024
+_HELLO = struct.Struct("!4sI")
+_MAGIC = b"LVLJ"
+_SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
+
+
+class PeerClosed(Exception):
+    """The peer closed its connection."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one worker needs; endpoints[i] is where rank i listens."""
+
+    job: str
+    rank: int
+    endpoints: tuple[tuple[str, int], ...]
+    pattern: str
+    compute_s: float
+    nbytes: int
+    iterations: int | None
+    deadline: float | None
+    connect_timeout_s: float = 30.0
+    pace_bps: float | None = None
+
+
+def _recv_exact(sock: socket.socket, n: int, buf: memoryview) -> int:
+    total = n
+    while n > 0:
+        got = sock.recv_into(buf, min(n, len(buf)))
+        if got == 0:
+            raise PeerClosed()
+        n -= got
+    return total
+
+
+def _send_zeros(sock: socket.socket, n: int, chunk: bytes) -> int:
+    total = n
+    while n > 0:
+        step = min(n, len(chunk))
+        sock.sendall(chunk[:step] if step < len(chunk) else chunk)
+        n -= step
+    return total
+
+
+def _connect(addr: tuple[str, int], rank: int, until: float) -> socket.socket:
+    while True:
+        try:
+            sock = socket.create_connection(addr, timeout=5)
+            sock.sendall(_HELLO.pack(_MAGIC, rank))
+            return sock
+        except OSError:
+            if time.time() > until:
+                raise
+            time.sleep(0.1)
+
+
+def _accept(listener: socket.socket, count: int, until: float) -> dict[int, socket.socket]:
+    peers: dict[int, socket.socket] = {}
+    while len(peers) < count:
+        listener.settimeout(max(0.1, until - time.time()))
+        conn, _ = listener.accept()
+        conn.settimeout(30)
+        hdr = bytearray(_HELLO.size)
+        _recv_exact(conn, _HELLO.size, memoryview(hdr))
+        magic, rank = _HELLO.unpack(hdr)
+        if magic != _MAGIC:
+            conn.close()
+            continue
+        peers[rank] = conn
+    return peers
+
+
+class Worker:
+    """Connected worker; :meth:`run` does the iterations."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
+        self.cfg = cfg
+        self._buf = memoryview(bytearray(_CHUNK))
+        self._zeros = bytes(_CHUNK)
+        self.out: list[socket.socket] = []  # sockets we send on
+        self.inp: list[socket.socket] = []  # sockets we receive on
+        self._all: list[socket.socket] = []
+        self.sent = 0
+        self.received = 0
+
+    def connect(self) -> None:
+        cfg, w = self.cfg, len(self.cfg.endpoints)
+        until = time.time() + cfg.connect_timeout_s
+        listener = socket.socket(socket.AF_INET6 if ":" in cfg.endpoints[cfg.rank][0] else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(cfg.endpoints[cfg.rank])
+        listener.listen(w)
+        try:
+            if cfg.pattern == "push":
+                if cfg.rank == 0:
+                    self.inp = list(_accept(listener, w - 1, until).values())
+                    self.out = self.inp
+                else:
+                    self.out = [_connect(cfg.endpoints[0], cfg.rank, until)]
+                    self.inp = self.out
+            elif w > 1:
+                self.out = [_connect(cfg.endpoints[(cfg.rank + 1) % w], cfg.rank, until)]
+                self.inp = list(_accept(listener, 1, until).values())
+        finally:
+            listener.close()
+        self._all = list({id(s): s for s in self.out + self.inp}.values())
+        io_timeout = (cfg.deadline - time.time() + 30) if cfg.deadline else 600.0
+        for s in self._all:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(max(io_timeout, 5.0))
+        if cfg.pace_bps:
+            for s in self.out:
+                s.setsockopt(socket.SOL_SOCKET, _SO_MAX_PACING_RATE, int(cfg.pace_bps / 8))
+
+    def close(self) -> None:
+        for s in self._all:
+            s.close()
+
+    def _exchange_push(self) -> None:
+        n = self.cfg.nbytes
+        if self.cfg.rank != 0:
+            self.sent += _send_zeros(self.out[0], n, self._zeros)
+            _recv_exact(self.out[0], 1, self._buf)
+            return
+        remaining = {s: n for s in self.inp}
+        with selectors.DefaultSelector() as sel:
+            for s in self.inp:
+                if n:
+                    sel.register(s, selectors.EVENT_READ)
+            while any(remaining.values()):
+                for key, _ in sel.select(timeout=self.inp[0].gettimeout()):
+                    s = key.fileobj
+                    got = s.recv_into(self._buf, min(remaining[s], len(self._buf)))  # type: ignore[index, union-attr]
+                    if got == 0:
+                        raise PeerClosed()
+                    remaining[s] -= got  # type: ignore[index]
+                    self.received += got
+                    if remaining[s] == 0:  # type: ignore[index]
+                        sel.unregister(s)
+        for s in self.inp:
+            s.sendall(b"\x01")
+
+    def _exchange_ring(self) -> None:
+        if not self.out:
+            return
+        errors: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                self.sent += _send_zeros(self.out[0], self.cfg.nbytes, self._zeros)
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        self.received += _recv_exact(self.inp[0], self.cfg.nbytes, self._buf)
+        sender.join()
+        if errors:
+            raise errors[0]
+
+    def run(self, emit: Callable[[str], None], clock: Callable[[], float] = time.time) -> int:
+        """Iterate until the iteration count or the deadline; returns the iterations done."""
+        cfg = self.cfg
+        exchange = self._exchange_push if cfg.pattern == "push" else self._exchange_ring
+        done = 0
+        emit(format_line(cfg.job, 0, clock(), cfg.rank))
+        while (cfg.iterations is None or done < cfg.iterations) and (cfg.deadline is None or clock() < cfg.deadline):
+            time.sleep(cfg.compute_s)
+            try:
+                exchange()
+            except PeerClosed:
+                if cfg.deadline is not None and clock() >= cfg.deadline - 0.5:
+                    break
+                raise
+            done += 1
+            emit(format_line(cfg.job, done, clock(), cfg.rank))
+        return done
+
+
+def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
+    p = argparse.ArgumentParser(prog="python -m leveller.jobs.worker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--endpoint", action="append", required=True, help="ADDR:PORT of rank i (repeat in rank order)")
+    p.add_argument("--pattern", choices=("push", "ring"), default="push")
+    p.add_argument("--compute", type=float, required=True)
+    p.add_argument("--bytes", type=int, required=True)
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--deadline", type=float)
+    p.add_argument("--connect-timeout", type=float, default=30.0)
+    p.add_argument("--log", help="append iteration lines to this file too")
+    p.add_argument("--pace", type=float, help="kernel pacing rate of sending sockets, bits/s")
+    a = p.parse_args(argv)
+    endpoints = tuple((e.rsplit(":", 1)[0].strip("[]"), int(e.rsplit(":", 1)[1])) for e in a.endpoint)
+    cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
+                       a.connect_timeout, a.pace)
+    return cfg, a.log
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, log = _parse(argv)
+    log_fd = None
+    if log:
+        log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        if log_fd is not None:
+            os.write(log_fd, (line + "\n").encode())
+
+    worker = Worker(cfg)
+    try:
+        worker.connect()
+        done = worker.run(emit)
+        sys.stdout.write(f"leveller-done job={cfg.job} rank={cfg.rank} iterations={done} "
+                         f"sent={worker.sent} received={worker.received}\n")
+    except (OSError, PeerClosed) as exc:
+        print(f"leveller job worker {cfg.job}/{cfg.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The job emulator on loopback: real worker processes, real TCP, iterations at the expected pace."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from leveller.jobs.launcher import JobRun
+from leveller.jobs.spec import JobSpec, WorkerPlace
+
+
+def free_port_block(n: int) -> int:
+    """A base port with n consecutive free ports on 127.0.0.1 (best effort)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for i in range(n):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no free port block")
+
+
+LOOP = WorkerPlace("127.0.0.1")
+
+
+def test_push_pace_is_compute_plus_communication(tmp_path: Path) -> None:
+    # 0.2 s compute + 0.2 s of bytes at a kernel-paced 100 Mbit/s -> ~0.4 s per iteration.
+    log = tmp_path / "j.log"
+    spec = JobSpec("pace", (LOOP, LOOP), compute_s=0.2, comm_s=0.2, rate_bps=100e6,
+                   port=free_port_block(2), duration_s=6.0, pace=True)
+    times: list[float] = []
+    on_line = lambda rank, line: times.append(float(line.rsplit("t=", 1)[1])) if rank == 0 else None  # noqa: E731
+    with JobRun(spec, log=str(log), on_line=on_line) as job:
+        results = job.wait()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    n = results[0].iterations
+    assert n >= 6 and abs(results[1].iterations - n) <= 1
+    mean = (times[-1] - times[0]) / (len(times) - 1)
+    assert 0.3 <= mean <= 0.8, mean  # compute alone would be 0.2, no pacing ~0.2
+    assert results[0].received == results[1].sent == results[1].iterations * spec.bytes_per_iteration
+    assert results[0].sent == 0
+    log_lines = log.read_text().splitlines()
+    assert sum("rank=0" in line for line in log_lines) == n + 1  # iter=0 .. iter=n
+
+
+def test_ring_every_worker_sends_and_receives_each_iteration() -> None:
+    spec = JobSpec("ring", (LOOP, LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, pattern="ring",
+                   port=free_port_block(3), iterations=4)
+    with JobRun(spec) as job:
+        results = job.wait()
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    assert [r.iterations for r in results] == [4, 4, 4]
+    assert all(r.sent == r.received == 4 * spec.bytes_per_iteration for r in results)
+
+
+def test_worker_failure_is_reported_not_hung() -> None:
+    # Worker 1 listens on an address that cannot be bound here: it fails, the launcher stops worker 0.
+    spec = JobSpec("bad", (LOOP, WorkerPlace("192.0.2.1")), compute_s=0.1, comm_s=0.1, rate_bps=1e6,
+                   port=free_port_block(2), duration_s=60.0)
+    with JobRun(spec) as job:
+        results = job.wait()
+    assert results[1].returncode not in (0, None)
+    assert "OSError" in results[1].stderr or "Errno" in results[1].stderr
