@@ -1,0 +1,1 @@
+"""Simulators that call leveller.core exactly as the live controller does."""

@@ -1,0 +1,130 @@
+"""Scheduling policies behind one small interface.
+
+A policy looks at a snapshot of the jobs (:class:`JobView`) and returns a
+priority order of job names, highest priority first, or ``None`` for "no
+priority" (every flow in one class). The order then feeds
+:func:`leveller.core.levels.assign_levels`. The single-link simulator, the
+network simulator and the live controller call the same objects.
+
+``tau`` tells the caller when to ask again: ``None`` = static (ask when the
+job set changes), ``0`` = at every iteration end of any job, ``T > 0`` = every
+T time units from the start.
+
+Tie-break (all policies): equal scores keep the order of ``jobs`` as given
+(stable sort), so the caller's job order decides and results are deterministic.
+Jobs with ``profiling=True`` come first, in the given order: a job whose ideal
+time is being measured holds the top priority.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+from leveller.core.rate import Number
+
+POLICY_NAMES = ("fair", "crux", "leveller")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a policy may know about one job at one instant."""
+
+    name: str
+    rate: Optional[Number] = None  # current R (see rate.progress_rate); None while unknown
+    gpus: int = 1
+    compute: Optional[Number] = None  # compute time per iteration (profiled)
+    comm: Optional[Number] = None  # communication time per iteration at full link rate (profiled)
+    profiling: bool = False  # ideal time being measured: needs unique top priority
+
+
+class Policy(Protocol):
+    """Interface every policy implements."""
+
+    name: str
+    tau: Optional[Number]
+
+    def order(self, jobs: Sequence[JobView]) -> Optional[list[str]]:
+        """Job names, highest priority first, or None for no priority."""
+        ...
+
+
+def _check_unique(jobs: Sequence[JobView]) -> None:
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"job names must be unique, got {names}")
+
+
+def _profiling_first(jobs: Sequence[JobView]) -> tuple[list[JobView], list[JobView]]:
+    return [j for j in jobs if j.profiling], [j for j in jobs if not j.profiling]
+
+
+@dataclass(frozen=True)
+class LevellerPolicy:
+    """Strict priority to the lowest progress rate R (max-min fairness of R)."""
+
+    tau: Number = 0
+    name: str = "leveller"
+
+    def __post_init__(self) -> None:
+        if self.tau < 0:
+            raise ValueError(f"tau must be >= 0, got {self.tau!r}")
+
+    def order(self, jobs: Sequence[JobView]) -> list[str]:
+        _check_unique(jobs)
+        first, rest = _profiling_first(jobs)
+        missing = [j.name for j in rest if j.rate is None]
+        if missing:
+            raise ValueError(f"leveller policy needs a rate R for every job; missing for {missing}")
+        return [j.name for j in first] + [j.name for j in sorted(rest, key=lambda j: j.rate)]
+
+
+def gpu_intensity(job: JobView) -> Optional[Number]:
+    """Crux's GPU intensity G * C / M (k = 1), or None if C or M is not known yet."""
+    if job.compute is None or job.comm is None:
+        return None
+    if not job.comm > 0:
+        raise ValueError(f"job {job.name!r}: communication time must be > 0, got {job.comm!r}")
+    return job.gpus * job.compute / job.comm
+
+
+@dataclass(frozen=True)
+class CruxPolicy:
+    """Static strict priority by decreasing GPU intensity G*C/M (Crux with k = 1).
+
+    Jobs whose intensity is unknown (no profile yet) rank after all known ones.
+    """
+
+    tau: Optional[Number] = None
+    name: str = "crux"
+
+    def order(self, jobs: Sequence[JobView]) -> list[str]:
+        _check_unique(jobs)
+        first, rest = _profiling_first(jobs)
+        known = [j for j in rest if gpu_intensity(j) is not None]
+        unknown = [j for j in rest if gpu_intensity(j) is None]
+        ranked = sorted(known, key=lambda j: -gpu_intensity(j))  # type: ignore[operator]
+        return [j.name for j in first + ranked + unknown]
+
+
+@dataclass(frozen=True)
+class FairPolicy:
+    """No priority: flows that share a link split it equally (DCQCN-like flow fairness)."""
+
+    tau: Optional[Number] = None
+    name: str = "fair"
+
+    def order(self, jobs: Sequence[JobView]) -> None:
+        _check_unique(jobs)
+        return None
+
+
+def make_policy(name: str, tau: Number = 0) -> Policy:
+    """Build a policy by name ('fair', 'crux', 'leveller'); ``tau`` applies to leveller."""
+    if name == "leveller":
+        return LevellerPolicy(tau=tau)
+    if name == "crux":
+        return CruxPolicy()
+    if name == "fair":
+        return FairPolicy()
+    raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,178 @@
+"""Exact, event-driven fluid simulator of jobs sharing one link.
+
+Each job alternates compute (C time units) and communication (M units of
+work, i.e. M time units at the full link rate). All jobs start together at
+t = 0 computing. The link rate is split by switch level: among the jobs that
+are sending, those on the highest level split the link equally; the rest
+wait. Levels come from the same core calls the controller makes:
+policy.order(JobView snapshot) -> assign_levels over one flow per job.
+Re-ranking follows ``policy.tau`` (None: once at t=0; 0: at every iteration
+end; T > 0: every T). Arithmetic is exact (fractions), so results are
+deterministic and ties are real ties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Optional, Sequence
+
+from leveller.core.levels import Flow, assign_levels
+from leveller.core.policies import JobView, Policy
+from leveller.core.rate import progress_rate
+
+LINK = "link"
+
+
+@dataclass(frozen=True)
+class LinkJob:
+    """One job: compute time C, communication time M at full rate, GPUs G."""
+
+    compute: Fraction
+    comm: Fraction
+    gpus: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.compute > 0:
+            raise ValueError(f"compute time C must be > 0, got {self.compute}")
+        if not self.comm > 0:
+            raise ValueError(f"communication time M must be > 0, got {self.comm}")
+        if self.gpus < 1:
+            raise ValueError(f"GPUs G must be >= 1, got {self.gpus}")
+
+    @property
+    def ideal(self) -> Fraction:
+        return Fraction(self.compute) + Fraction(self.comm)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Job ``job`` (index) spends [start, end) in ``kind``: compute, send, share or wait."""
+
+    job: int
+    kind: str
+    start: Fraction
+    end: Fraction
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    policy: str
+    jobs: tuple[LinkJob, ...]
+    horizon: Fraction
+    iterations: tuple[int, ...]
+    rates: tuple[Fraction, ...]
+    segments: tuple[Segment, ...] = field(default=(), repr=False)
+
+    @property
+    def min(self) -> Fraction:
+        return min(self.rates)
+
+    @property
+    def avg(self) -> Fraction:
+        return sum(self.rates, Fraction(0)) / len(self.rates)
+
+
+def job_name(index: int) -> str:
+    """Name of the job at ``index`` (1-based, as in the paper's figures)."""
+    return str(index + 1)
+
+
+def simulate_link(
+    jobs: Sequence[LinkJob],
+    policy: Policy,
+    cycles: int = 1500,
+    levels: Optional[int] = None,
+    record_until: Fraction = Fraction(0),
+) -> LinkResult:
+    """Run until ``cycles`` x the longest ideal iteration; R_j = N_j * T_j / horizon.
+
+    ``levels`` = switch priority levels K (default: one per job, i.e. unlimited).
+    Segments are recorded for t < ``record_until`` (for timeline pictures).
+    """
+    if not jobs:
+        raise ValueError("need at least one job")
+    if cycles < 1:
+        raise ValueError(f"cycles must be >= 1, got {cycles}")
+    n = len(jobs)
+    k = n if levels is None else levels
+    if k < 1:
+        raise ValueError(f"levels K must be >= 1, got {k}")
+    names = [job_name(i) for i in range(n)]
+    ideal = [j.ideal for j in jobs]
+    horizon = cycles * max(ideal)
+    flows = {name: Flow(job=name, links=(LINK,)) for name in names}
+    sending = [False] * n
+    rem = [Fraction(j.compute) for j in jobs]
+    iters = [0] * n
+    segs: list[list] = []  # [job, kind, start, end], merged when contiguous
+
+    def rerank(now: Fraction) -> list[int]:
+        views = [
+            JobView(name=names[i], rate=progress_rate(iters[i], ideal[i], 0, now), gpus=jobs[i].gpus,
+                    compute=jobs[i].compute, comm=jobs[i].comm)
+            for i in range(n)
+        ]
+        lv = assign_levels(policy.order(views), flows, k)
+        return [lv[name] for name in names]
+
+    def record(i: int, kind: str, start: Fraction, end: Fraction) -> None:
+        for s in reversed(segs):
+            if s[0] == i:
+                if s[1] == kind and s[3] == start:
+                    s[3] = end
+                    return
+                break
+        segs.append([i, kind, start, end])
+
+    tau = policy.tau
+    level = rerank(Fraction(0))
+    next_tick = Fraction(tau) if tau else None
+    t = Fraction(0)
+    one = Fraction(1)
+    while t < horizon:
+        share = [Fraction(0)] * n
+        active = [i for i in range(n) if sending[i]]
+        if active:
+            top = max(level[i] for i in active)
+            winners = [i for i in active if level[i] == top]
+            r = Fraction(1, len(winners))
+            for i in winners:
+                share[i] = r
+        dt = horizon - t
+        for i in range(n):
+            if not sending[i]:
+                dt = min(dt, rem[i])
+            elif share[i]:
+                dt = min(dt, rem[i] / share[i])
+        if next_tick is not None:
+            dt = min(dt, next_tick - t)
+        if t < record_until:
+            for i in range(n):
+                kind = "compute" if not sending[i] else (
+                    "send" if share[i] == one else ("share" if share[i] else "wait"))
+                record(i, kind, t, t + dt)
+        ended = False
+        for i in range(n):
+            if not sending[i]:
+                rem[i] -= dt
+            elif share[i]:
+                rem[i] -= share[i] * dt
+        t += dt
+        for i in range(n):
+            if rem[i] == 0:
+                if sending[i]:
+                    iters[i] += 1
+                    ended = True
+                    rem[i] = Fraction(jobs[i].compute)
+                else:
+                    rem[i] = Fraction(jobs[i].comm)
+                sending[i] = not sending[i]
+        if next_tick is not None and t == next_tick:
+            next_tick += Fraction(tau)
+            level = rerank(t)
+        elif tau == 0 and ended:
+            level = rerank(t)
+    rates = tuple(Fraction(iters[i]) * ideal[i] / horizon for i in range(n))
+    segments = tuple(Segment(s[0], s[1], s[2], s[3]) for s in segs)
+    return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments)

@@ -1,0 +1,131 @@
+"""Single-link fluid simulator against the paper's worked examples (digest literals)."""
+
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import pytest
+
+from leveller.core.bound import cycle_bound
+from leveller.core.policies import make_policy
+from leveller.sim.link import LinkJob, simulate_link
+from leveller.sim.presets import PRESETS
+
+TOL = 0.005
+
+
+def rates(preset: str, policy: str, tau: int = 0, cycles: int = 1500) -> list[float]:
+    return [float(r) for r in simulate_link(PRESETS[preset], make_policy(policy, tau), cycles=cycles).rates]
+
+
+@pytest.mark.parametrize("policy,expected", [
+    ("fair", [0.75, 0.75]),
+    ("crux", [1.0, 0.75]),
+    ("leveller", [0.857, 0.857]),
+])
+def test_fig3_pair(policy: str, expected: list[float]) -> None:
+    assert rates("fig3", policy) == pytest.approx(expected, abs=TOL)
+
+
+def test_fig3_leveller_with_tau_4() -> None:
+    assert rates("fig3", "leveller", tau=4) == pytest.approx([0.857, 0.857], abs=TOL)
+
+
+def test_fig1_trio() -> None:
+    assert rates("fig1-trio", "fair") == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
+    assert rates("fig1-trio", "leveller") == pytest.approx([0.6, 0.6, 0.6], abs=TOL)
+    crux = rates("fig1-trio", "crux")
+    assert crux[1] == pytest.approx(0.0, abs=TOL)  # static priority starves Job 2
+    assert min(crux[0], crux[2]) > 0.95
+
+
+def test_fig3_leveller_rate_at_t36() -> None:
+    # Digest: "R is 0.83 at t = 36" (12 ideal iterations of the longest job, 3 units each).
+    assert rates("fig3", "leveller", cycles=12) == pytest.approx([0.83, 0.83], abs=TOL)
+
+
+def kinds_at(res, t: Fraction) -> tuple:  # type: ignore[no-untyped-def]
+    return tuple(next(s.kind for s in res.segments if s.job == j and s.start <= t < s.end)
+                 for j in range(len(res.jobs)))
+
+
+def repeats_with(res, period: int, start: int = 400) -> bool:  # type: ignore[no-untyped-def]
+    grid = [Fraction(start) + Fraction(i, 4) for i in range(4 * 56)]
+    return all(kinds_at(res, t) == kinds_at(res, t + period) for t in grid)
+
+
+def test_fig3_settles_into_cycles_of_7_and_28() -> None:
+    # Digest: tau = 0 settles at the optimal 7-unit cycle; tau = 4 enters a 28-unit cycle.
+    res0 = simulate_link(PRESETS["fig3"], make_policy("leveller", 0), cycles=200, record_until=Fraction(600))
+    assert repeats_with(res0, 7)
+    res4 = simulate_link(PRESETS["fig3"], make_policy("leveller", 4), cycles=200, record_until=Fraction(600))
+    assert repeats_with(res4, 28)
+    assert not repeats_with(res4, 7) and not repeats_with(res4, 14)
+
+
+def test_fair_fig3_timeline_matches_figure1() -> None:
+    # Digest Figure 1, fair share: both compute [0,1), share the link [1,3), Job 2 alone [3,4).
+    res = simulate_link(PRESETS["fig3"], make_policy("fair"), cycles=5, record_until=Fraction(8))
+    job2 = [(s.kind, s.start, s.end) for s in res.segments if s.job == 1]
+    assert job2[:3] == [("compute", 0, 1), ("share", 1, 3), ("send", 3, 4)]
+
+
+def test_leveller_keeps_link_busy_after_t1() -> None:
+    res = simulate_link(PRESETS["fig3"], make_policy("leveller"), cycles=5, record_until=Fraction(15))
+    busy = sorted((s.start, s.end) for s in res.segments if s.kind == "send")
+    t = Fraction(1)
+    for start, end in busy:
+        assert start <= t, f"link idle at {t}"
+        t = max(t, end)
+    assert t >= 15
+
+
+def test_limited_levels_share_the_bottom_level() -> None:
+    # One level = no priority: leveller degenerates to fair share.
+    jobs = PRESETS["fig1-trio"]
+    one = simulate_link(jobs, make_policy("leveller"), cycles=300, levels=1)
+    assert [float(r) for r in one.rates] == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        LinkJob(Fraction(0), Fraction(1))
+    with pytest.raises(ValueError):
+        LinkJob(Fraction(1), Fraction(-1))
+    with pytest.raises(ValueError):
+        simulate_link([], make_policy("fair"))
+    with pytest.raises(ValueError):
+        simulate_link(PRESETS["fig3"], make_policy("fair"), cycles=0)
+    with pytest.raises(ValueError):
+        simulate_link(PRESETS["fig3"], make_policy("fair"), levels=0)
+
+
+def test_timeline_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from leveller.sim.timeline import plot_timelines
+
+    res = simulate_link(PRESETS["fig3"], make_policy("leveller"), cycles=10, record_until=Fraction(15))
+    out = plot_timelines([("leveller", res)], tmp_path / "t.png", Fraction(15))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+job_sets = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(job_sets, st.sampled_from([0, 2, 5]))
+def test_leveller_meets_the_paper_bound(spec, tau) -> None:  # type: ignore[no-untyped-def]
+    jobs = [LinkJob(Fraction(c), Fraction(m)) for c, m in spec]
+    res = simulate_link(jobs, make_policy("leveller", tau), cycles=150)
+    bound = cycle_bound([(j.compute, j.comm) for j in jobs]).guaranteed
+    # Allowance for the finite window: one unfinished iteration plus Corollary 1's tau / t.
+    slack = (max(j.ideal for j in jobs) + tau) / res.horizon
+    assert res.min >= bound - slack
+
+
+@settings(max_examples=25, deadline=None)
+@given(job_sets, st.sampled_from(["fair", "crux", "leveller"]), st.integers(1, 3))
+def test_rates_stay_in_unit_interval(spec, policy, gpus) -> None:  # type: ignore[no-untyped-def]
+    jobs = [LinkJob(Fraction(c), Fraction(m), gpus) for c, m in spec]
+    res = simulate_link(jobs, make_policy(policy), cycles=60)
+    assert all(0 <= r <= 1 for r in res.rates)
+    assert len(res.rates) == len(jobs)
