@@ -255,8 +255,8 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
         if degree != 1:
             raise _err(f"hosts.{h}", f"{degree} links", "every host needs exactly one link (to a switch)")
     for s, port in next_port.items():
-        if port > 1000:
-            raise _err(f"switches.{s}", f"{port - 1} ports", "at most 1000 ports per switch")
+        if port > 1000:  # names "<switch>-p<port>" must fit 15 chars
+            raise _err(f"switches.{s}", f"{port - 1} ports", "at most 999 ports per switch")
     topo = Topology(tuple(hosts), tuple(switches), tuple(links), levels, str(net))
     _check_connected(topo)
     return topo

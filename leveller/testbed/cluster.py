@@ -1,0 +1,290 @@
+"""Build, inspect and tear down the emulated cluster (one Testbed = one topology).
+
+Layout on the machine, for testbed NAME:
+- `lvtb-NAME-sw`: a network namespace holding every switch: one OVS bridge per
+  switch (a private ovs-vswitchd runs in it) and the switch-side veth ends
+  `<switch>-p<port>`; OpenFlow port numbers follow the topology model.
+- `lvtb-NAME-<host>`: one namespace per host with `eth0` (fixed MAC, address,
+  static ARP entries for every other host, egress shaped to the link rate).
+- the run directory (default /run/leveller/NAME): state file, OVS database,
+  sockets, pidfiles and logs. Nothing is created in the root namespace.
+
+Every switch egress port gets K strict-priority queues (OVSDB QoS linux-htb).
+TX checksum offload is disabled on all veth ends (the userspace datapath does
+not fill checksums in). `down` removes everything `up` recorded, also after a
+crash, and is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from leveller.core.qos import queue_configs
+from leveller.core.topology import Topology, topology_from_dict
+from leveller.errors import UserError
+from leveller.testbed.ovs import OvsInstance, bridge_commands, kernel_datapath_available, pid_alive, run, stop_pid
+from leveller.testbed.state import DEFAULT_BASE, State, check_name, default_run_dir, load_state
+
+OF_PORT = 6653
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def port_name(switch: str, port: int) -> str:
+    return f"{switch}-p{port}"
+
+
+class Testbed:
+    """Handle on a testbed's run directory; `Testbed.up(...)` builds one."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, name: str, run_dir: Path | str | None = None) -> None:
+        self.name = check_name(name)
+        self.run_dir = Path(run_dir) if run_dir else default_run_dir(name)
+
+    # ---- queries -------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        state = load_state(self.run_dir)
+        if state is None:
+            raise UserError(f"testbed {self.name!r} is not up (no state in {self.run_dir})")
+        return state
+
+    @property
+    def topology(self) -> Topology:
+        return topology_from_dict(self.state.topology)
+
+    @property
+    def ovs(self) -> OvsInstance:
+        return OvsInstance(self.run_dir / "ovs", self.state.switch_netns)
+
+    def netns(self, host: str) -> str:
+        try:
+            return self.state.host_netns[host]
+        except KeyError:
+            raise UserError(f"host = {host!r} is not in testbed {self.name!r}") from None
+
+    def exec_argv(self, host: str, argv: list[str]) -> list[str]:
+        """argv that runs `argv` inside a host's namespace."""
+        return ["ip", "netns", "exec", self.netns(host), *argv]
+
+    def status(self) -> dict[str, Any]:
+        state = self.state
+        topo = topology_from_dict(state.topology)
+        ovs = OvsInstance(self.run_dir / "ovs", state.switch_netns)
+        return {
+            "name": self.name, "run_dir": str(self.run_dir), "phase": state.phase,
+            "datapath_type": state.datapath_type, "switch_netns": state.switch_netns,
+            "controller": state.controller, "levels": topo.levels,
+            "hosts": {h.name: {"netns": state.host_netns[h.name], "ip": h.ip, "mac": h.mac,
+                               "switch": topo.host_link(h.name).b} for h in topo.hosts},
+            "switches": [s.name for s in topo.switches],
+            "dpids": {s.name: s.dpid for s in topo.switches},
+            "links": [{"a": l.a, "b": l.b, "rate_mbps": l.rate_mbps} for l in topo.links],
+            "processes": {d: ovs.alive(d) for d in ("ovsdb-server", "ovs-vswitchd")}
+            | {"sdn": bool(state.sdn_pid and pid_alive(state.sdn_pid, str(self.run_dir)))},
+        }
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def up(cls, topo: Topology, name: str, run_dir: Path | str | None = None,
+           datapath_type: str | None = None, progress: Progress = _quiet) -> "Testbed":
+        """Build the testbed; if it is already up with the same topology, repair and reuse it
+        (restart dead OVS daemons). Anything half-built is removed on failure."""
+        tb = cls(name, run_dir)
+        existing = load_state(tb.run_dir)
+        if existing is not None:
+            if existing.phase == "up" and existing.topology == topo.to_dict():
+                progress("already up: checking daemons")
+                tb.repair()
+                return tb
+            raise UserError(f"testbed {name!r} already exists in {tb.run_dir} (phase {existing.phase}, "
+                            f"{'same' if existing.topology == topo.to_dict() else 'different'} topology); "
+                            f"run `leveller testbed down --name {name}` first")
+        if tb.run_dir.exists() and any(tb.run_dir.iterdir()):
+            raise UserError(f"run directory {tb.run_dir} exists and is not a testbed's; "
+                            "choose another --run-dir or --name")
+        from pyroute2 import netns as pnetns
+
+        prefix = f"lvtb-{name}-"
+        wanted = [prefix + "sw"] + [prefix + h.name for h in topo.hosts]
+        clash = sorted(set(wanted) & set(pnetns.listnetns()))
+        if clash:
+            raise UserError(f"network namespace {clash[0]!r} exists but testbed {name!r} has no state; "
+                            f"remove it (ip netns del {clash[0]}) or pick another --name")
+        dp = datapath_type or ("system" if kernel_datapath_available() else "netdev")
+        tb.run_dir.mkdir(parents=True, exist_ok=True)
+        state = State(name=name, run_dir=str(tb.run_dir), topology=topo.to_dict(), datapath_type=dp,
+                      switch_netns=prefix + "sw", host_netns={h.name: prefix + h.name for h in topo.hosts},
+                      controller=f"tcp:127.0.0.1:{OF_PORT}")
+        state.save()
+        try:
+            _build(tb, state, topo, progress)
+        except BaseException:
+            progress("build failed: removing what was created")
+            tb.down()
+            raise
+        return tb
+
+    def repair(self) -> None:
+        """Restart OVS daemons that died; OVSDB still holds bridges, ports, QoS, controller."""
+        ovs = self.ovs
+        ovs.start_db()
+        ovs.start_vswitchd()
+
+    def down(self, progress: Progress = _quiet) -> bool:
+        """Remove every process, namespace and file `up` made. Returns False if nothing was up."""
+        from pyroute2 import netns as pnetns
+
+        state = load_state(self.run_dir)
+        if state is None:
+            existed = self.run_dir.exists()
+            if existed and not (self.run_dir / "ovs").exists() and any(self.run_dir.iterdir()):
+                raise UserError(f"{self.run_dir} has no testbed state; not deleting it")
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            _rmdir_base(self.run_dir)
+            return existed
+        if state.sdn_pid:
+            progress("stopping the SDN app")
+            stop_pid(state.sdn_pid, str(self.run_dir))
+        progress("stopping Open vSwitch")
+        OvsInstance(self.run_dir / "ovs", state.switch_netns).stop()
+        present = set(pnetns.listnetns())
+        for ns in reversed(state.created_netns):
+            if ns in present:
+                progress(f"removing namespace {ns}")
+                pnetns.remove(ns)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        _rmdir_base(self.run_dir)
+        return True
+
+    # ---- SDN app as a managed process ------------------------------------------------------
+    def start_sdn(self, api_port: int = 0, timeout: float = 30.0, extra: list[str] | None = None) -> int:
+        """Start `leveller sdn` for this testbed in the background (recorded for `down`);
+        wait until its API answers. Returns the pid."""
+        state = self.state
+        if state.sdn_pid and pid_alive(state.sdn_pid, str(self.run_dir)):
+            return state.sdn_pid
+        info = self.run_dir / "sdn.json"
+        info.unlink(missing_ok=True)
+        log = open(self.run_dir / "sdn.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "leveller.cli", "sdn", "--testbed", self.name,
+                                 "--run-dir", str(self.run_dir), "--api", f"127.0.0.1:{api_port}", *(extra or [])],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        log.close()
+        state.sdn_pid = proc.pid
+        state.save()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"leveller sdn exited ({proc.returncode}); see {self.run_dir / 'sdn.log'}")
+            if info.exists():
+                return proc.pid
+            time.sleep(0.1)
+        raise RuntimeError(f"leveller sdn did not start in {timeout} s; see {self.run_dir / 'sdn.log'}")
+
+    def stop_sdn(self) -> None:
+        state = self.state
+        if state.sdn_pid:
+            stop_pid(state.sdn_pid, str(self.run_dir))
+            state.sdn_pid = None
+            state.save()
+
+    def __enter__(self) -> "Testbed":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+
+def _rmdir_base(run_dir: Path) -> None:
+    """Remove /run/leveller when our run directory was its last entry."""
+    if run_dir.parent == DEFAULT_BASE:
+        try:
+            DEFAULT_BASE.rmdir()
+        except OSError:
+            pass
+
+
+def _ns_exec(ns: str, *argv: str) -> None:
+    run(["ip", "netns", "exec", ns, *argv])
+
+
+def _build(tb: Testbed, state: State, topo: Topology, progress: Progress) -> None:
+    from pyroute2 import NetNS
+    from pyroute2 import netns as pnetns
+
+    sw_ns = state.switch_netns
+    progress("creating namespaces")
+    for ns in [sw_ns, *state.host_netns.values()]:
+        state.created_netns.append(ns)
+        state.save()
+        pnetns.create(ns)
+        with NetNS(ns) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+    for ns in state.host_netns.values():
+        _ns_exec(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+
+    progress("creating links")
+    switch_ifaces: list[str] = []
+    with NetNS(sw_ns) as sw:
+        for link in topo.links:
+            a_host = link.a in state.host_netns
+            b_host = link.b in state.host_netns
+            if a_host or b_host:
+                host, switch, port = (link.a, link.b, link.b_port) if a_host else (link.b, link.a, link.a_port)
+                ifname = port_name(switch, port)
+                sw.link("add", ifname=ifname, kind="veth",
+                        peer={"ifname": "eth0", "net_ns_fd": state.host_netns[host]})
+                switch_ifaces.append(ifname)
+            else:
+                a_if, b_if = port_name(link.a, link.a_port), port_name(link.b, link.b_port)
+                sw.link("add", ifname=a_if, kind="veth", peer={"ifname": b_if})
+                switch_ifaces += [a_if, b_if]
+        for ifname in switch_ifaces:
+            sw.link("set", index=sw.link_lookup(ifname=ifname)[0], state="up")
+    for ifname in switch_ifaces:
+        _ns_exec(sw_ns, "ethtool", "-K", ifname, "tx", "off")
+
+    progress("configuring hosts")
+    for h in topo.hosts:
+        ns = state.host_netns[h.name]
+        prefixlen = int(topo.subnet.split("/")[1])
+        with NetNS(ns) as ipr:
+            idx = ipr.link_lookup(ifname="eth0")[0]
+            ipr.link("set", index=idx, address=h.mac)
+            ipr.addr("add", index=idx, address=h.ip, prefixlen=prefixlen)
+            ipr.link("set", index=idx, state="up")
+            for other in topo.hosts:
+                if other.name != h.name:
+                    ipr.neigh("add", dst=other.ip, lladdr=other.mac, ifindex=idx, state="permanent")
+        _ns_exec(ns, "ethtool", "-K", "eth0", "tx", "off")
+        rate = topo.host_link(h.name).rate_mbps
+        burst = max(64_000, int(rate * 1e6 / 8 * 0.002))
+        _ns_exec(ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{rate}mbit",
+                 "burst", str(burst), "latency", "20ms")
+
+    progress("starting Open vSwitch")
+    ovs = OvsInstance(tb.run_dir / "ovs", sw_ns)
+    ovs.create_db()
+    ovs.start_db()
+    ovs.start_vswitchd()
+    for s in topo.switches:
+        progress(f"configuring switch {s.name}")
+        ports = [(port_name(s.name, port), port, queue_configs(topo.levels, rate))
+                 for port, _, rate in topo.switch_ports(s.name)]
+        ovs.vsctl(*bridge_commands(s.name, s.dpid, state.datapath_type, state.controller, ports), timeout=60)
+    state.phase = "up"
+    state.save()
+    (tb.run_dir / "topology.json").write_text(json.dumps(topo.to_dict(), indent=1))

@@ -1,0 +1,170 @@
+"""A private Open vSwitch instance: its own ovsdb-server and ovs-vswitchd.
+
+Every file (database, pidfiles, logs, unix sockets, bridge management sockets)
+lives under `rundir`; ovs-vswitchd runs inside the testbed's switch network
+namespace, so its datapath and bridge devices (e.g. the userspace datapath's
+`ovs-netdev` tap) never collide with a system OVS or another testbed. A system
+OVS is never contacted: every command names this instance's sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from leveller.core.qos import QueueConfig
+from leveller.errors import UserError
+
+SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
+DAEMONS = ("ovsdb-server", "ovs-vswitchd")
+
+
+def kernel_datapath_available() -> bool:
+    """True when the openvswitch kernel module is loaded (else use the userspace datapath)."""
+    return Path("/sys/module/openvswitch").is_dir()
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, check: bool = True,
+        timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run a command; a failure raises RuntimeError with its stderr (not a UserError)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def pid_alive(pid: int, marker: str) -> bool:
+    """True if `pid` runs and its command line mentions `marker` (guards against pid reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+def stop_pid(pid: int, marker: str, grace: float = 3.0) -> None:
+    """SIGTERM then SIGKILL a process we started (identified by `marker` in its command line)."""
+    if not pid_alive(pid, marker):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not pid_alive(pid, marker) or _zombie(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass
+class OvsInstance:
+    rundir: Path
+    netns: str
+
+    @property
+    def db_sock(self) -> str:
+        return f"unix:{self.rundir / 'db.sock'}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for var in ("OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR"):
+            env[var] = str(self.rundir)
+        return env
+
+    def pidfile(self, daemon: str) -> Path:
+        return self.rundir / f"{daemon}.pid"
+
+    def pid(self, daemon: str) -> int | None:
+        try:
+            return int(self.pidfile(daemon).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self, daemon: str) -> bool:
+        pid = self.pid(daemon)
+        return pid is not None and pid_alive(pid, str(self.rundir))
+
+    def create_db(self) -> None:
+        schema = next((s for s in SCHEMA_CANDIDATES if Path(s).exists()), None)
+        if schema is None:
+            raise UserError("Open vSwitch schema not found: install openvswitch-switch (make setup)")
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        db = self.rundir / "conf.db"
+        if not db.exists():
+            run(["ovsdb-tool", "create", str(db), schema], env=self.env)
+
+    def start_db(self) -> None:
+        if self.alive("ovsdb-server"):
+            return
+        run(["ovsdb-server", str(self.rundir / "conf.db"), f"--remote=punix:{self.rundir / 'db.sock'}",
+             f"--pidfile={self.pidfile('ovsdb-server')}", "--detach", "--no-chdir",
+             f"--log-file={self.rundir / 'ovsdb-server.log'}",
+             f"--unixctl={self.rundir / 'ovsdb-server.ctl'}"], env=self.env)
+        self.vsctl("--no-wait", "init")
+        # Few threads: the testbed shares 2 cores with the traffic it carries.
+        self.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:n-handler-threads=1",
+                   "other_config:n-revalidator-threads=1")
+
+    def start_vswitchd(self) -> None:
+        """Start (or restart after a crash) ovs-vswitchd in the switch namespace."""
+        if self.alive("ovs-vswitchd"):
+            return
+        run(["ip", "netns", "exec", self.netns, "ovs-vswitchd", self.db_sock,
+             f"--pidfile={self.pidfile('ovs-vswitchd')}", "--detach", "--no-chdir",
+             f"--log-file={self.rundir / 'ovs-vswitchd.log'}",
+             f"--unixctl={self.rundir / 'ovs-vswitchd.ctl'}"], env=self.env)
+
+    def stop(self) -> None:
+        for daemon in reversed(DAEMONS):
+            pid = self.pid(daemon)
+            if pid is not None:
+                stop_pid(pid, str(self.rundir))
+
+    def vsctl(self, *args: str, timeout: float = 30) -> str:
+        return run(["ovs-vsctl", f"--db={self.db_sock}", f"--timeout={int(timeout)}", *args],
+                   env=self.env, timeout=timeout + 5).stdout
+
+    def ofctl(self, bridge: str, *args: str) -> str:
+        """ovs-ofctl against this instance's bridge management socket (OpenFlow 1.3)."""
+        return run(["ovs-ofctl", "-O", "OpenFlow13", *args[:1], f"unix:{self.rundir / (bridge + '.mgmt')}",
+                    *args[1:]], env=self.env).stdout
+
+    def appctl(self, *args: str) -> str:
+        return run(["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), *args], env=self.env).stdout
+
+
+def bridge_commands(bridge: str, dpid: int, datapath_type: str, controller: str,
+                    ports: list[tuple[str, int, list[QueueConfig]]]) -> list[str]:
+    """ovs-vsctl arguments (one transaction) for a bridge, its numbered ports and
+    strict-priority linux-htb queues on every port. `ports` = (name, ofport, queues)."""
+    args = ["--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
+            f"datapath_type={datapath_type}", "protocols=OpenFlow13", "fail_mode=secure",
+            f"other-config:datapath-id={dpid:016x}", "other-config:disable-in-band=true",
+            "--", "--id=@ctl", "create", "Controller", f"target=\"{controller}\"", "max_backoff=1000",
+            "--", "set", "bridge", bridge, "controller=@ctl"]
+    for name, ofport, queues in ports:
+        qid = f"@q_{name.replace('-', '_')}"
+        args += ["--", "--may-exist", "add-port", bridge, name, "--", "set", "Interface", name,
+                 f"ofport_request={ofport}",
+                 "--", "set", "Port", name, f"qos={qid}",
+                 "--", f"--id={qid}", "create", "QoS", "type=linux-htb",
+                 f"other-config:max-rate={queues[0].max_rate_bps}"]
+        args += [f"queues:{q.queue}={qid}_{q.queue}" for q in queues]
+        for q in queues:
+            args += ["--", f"--id={qid}_{q.queue}", "create", "Queue", f"other-config:min-rate={q.min_rate_bps}",
+                     f"other-config:max-rate={q.max_rate_bps}", f"other-config:priority={q.htb_priority}"]
+    return args

@@ -1,0 +1,137 @@
+"""Testbed up/down on real namespaces and a real private OVS: queues exist, and `down`
+leaves nothing behind, also after a crashed `up`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leveller.core.topology import preset
+from leveller.testbed.cluster import Testbed
+
+pytestmark = pytest.mark.privileged
+LEVELLER = [sys.executable, "-m", "leveller.cli"]
+OVS_SYSTEM_DIRS = ("/var/run/openvswitch", "/run/openvswitch", "/var/log/openvswitch", "/etc/openvswitch")
+
+
+def netns_with(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix)]
+
+
+def procs_mentioning(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return [p for p in pids if p != os.getpid()]
+
+
+def snapshot_system_dirs() -> set[str]:
+    files = set()
+    for d in OVS_SYSTEM_DIRS:
+        if os.path.isdir(d):
+            files |= {str(p) for p in Path(d).rglob("*")}
+    return files
+
+
+def assert_gone(name: str, run_dir: Path) -> None:
+    assert netns_with(f"lvtb-{name}-") == []
+    assert procs_mentioning(str(run_dir)) == []
+    assert not run_dir.exists()
+
+
+@pytest.fixture
+def names(tmp_path):
+    name = "t" + uuid.uuid4().hex[:8]
+    run_dir = tmp_path / "run"
+    yield name, run_dir
+    Testbed(name, run_dir).down()
+
+
+def test_up_builds_queues_and_down_removes_everything(names):
+    name, run_dir = names
+    before = snapshot_system_dirs()
+    out = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,
+                          "--run-dir", str(run_dir), "--json"], capture_output=True, text=True, check=True).stdout
+    status = json.loads(out)
+    assert set(status["hosts"]) == {"h1", "h2", "h3", "h4"}
+    assert status["hosts"]["h3"] == {**status["hosts"]["h3"], "ip": "10.0.0.3", "switch": "s2",
+                                     "netns": f"lvtb-{name}-h3"}
+    assert status["switches"] == ["s1", "s2"]
+    assert {"a": "s1", "b": "s2", "rate_mbps": 50.0} in status["links"]
+    assert all(status["processes"][d] for d in ("ovsdb-server", "ovs-vswitchd"))
+    # 4 strict-priority HTB classes on the bottleneck port, highest queue served first, 50 Mbit/s ceiling
+    tc = subprocess.run(["ip", "netns", "exec", f"lvtb-{name}-sw", "tc", "class", "show", "dev", "s1-p1"],
+                        capture_output=True, text=True, check=True).stdout
+    classes = {line.split()[2]: line for line in tc.splitlines() if "parent 1:fffe" in line}
+    assert set(classes) == {"1:1", "1:2", "1:3", "1:4"}
+    assert "prio 0" in classes["1:4"] and "prio 3" in classes["1:1"]
+    assert all("ceil 50Mbit" in line for line in classes.values())
+    # a second `up` with the same topology reuses it; with another one it refuses
+    again = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,
+                            "--run-dir", str(run_dir)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    other = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "leafspine", "--name", name,
+                            "--run-dir", str(run_dir)], capture_output=True, text=True)
+    assert other.returncode == 2 and "already exists" in other.stderr
+
+    for _ in range(2):  # down works twice
+        subprocess.run([*LEVELLER, "testbed", "down", "--name", name, "--run-dir", str(run_dir)], check=True,
+                       capture_output=True)
+        assert_gone(name, run_dir)
+    assert snapshot_system_dirs() == before
+
+
+def test_down_after_a_crashed_up(names):
+    name, run_dir = names
+    # `up` dies abruptly (os._exit, no cleanup) after OVS started and while switches are configured
+    code = ("import os, sys\n"
+            "from leveller.core.topology import preset\n"
+            "from leveller.testbed.cluster import Testbed\n"
+            "def crash(msg):\n"
+            "    if msg == 'configuring switch spine1': os._exit(9)\n"
+            f"Testbed.up(preset('leafspine'), {name!r}, {str(run_dir)!r}, progress=crash)\n")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 9
+    assert len(netns_with(f"lvtb-{name}-")) == 7 and procs_mentioning(str(run_dir))
+    subprocess.run([*LEVELLER, "testbed", "down", "--name", name, "--run-dir", str(run_dir)], check=True,
+                   capture_output=True)
+    assert_gone(name, run_dir)
+
+
+def test_failed_up_removes_what_it_made(names):
+    name, run_dir = names
+
+    def fail(msg):
+        if msg == "starting Open vSwitch":
+            raise RuntimeError("injected")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        Testbed.up(preset("dumbbell"), name, run_dir, progress=fail)
+    assert_gone(name, run_dir)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ('preset = "torus"', "preset"),
+    ('[[switches]]\nname="s1"\n[[hosts]]\nname="h1"\n[[links]]\na="h1"\nb="s7"\nrate_mbps=10', "links[0].b"),
+    ('[[switches]]\nname="s1"\n[[hosts]]\nname="h1"\n[[links]]\na="h1"\nb="s1"\nrate_mbps=0', "rate_mbps"),
+    ('[[switches]]\nname="s1"\n[[hosts]]\nname="s1"\n[[links]]\na="s1"\nb="s1"\nrate_mbps=1', "unique"),
+])
+def test_bad_topology_files_are_rejected_before_anything_is_created(names, tmp_path, body, needle):
+    name, run_dir = names
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    res = subprocess.run([*LEVELLER, "testbed", "up", "--topology", str(f), "--name", name,
+                          "--run-dir", str(run_dir)], capture_output=True, text=True)
+    assert res.returncode == 2 and needle in res.stderr
+    assert_gone(name, run_dir)
