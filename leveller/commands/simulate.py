@@ -1,0 +1,159 @@
+"""Fluid simulators. Only the single-link one exists so far.
+
+  leveller simulate link --preset fig3 --policy leveller
+  leveller simulate link --job 1:1 --job 1:2 --policy crux --json
+  leveller simulate link --preset fig1-trio --policy leveller --tau 4 --timeline trio.png
+
+Each job alternates compute (C) and communication (M, time at the full link
+rate) on one shared link; G = GPUs (used by crux's intensity G*C/M). R is
+measured from a common start over N (--cycles) times the longest ideal
+iteration C+M, transient included. Policies: fair (sending jobs split the
+link equally), crux (static strict priority by G*C/M, ties by --job order),
+leveller (strict priority to the lowest R, re-ranked at every iteration end
+when --tau is 0, else every tau; equal R keeps --job order; at t = 0 every
+R is 0, so --job order decides the first ranking).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Optional
+
+from leveller.errors import UserError
+
+POLICIES = ("fair", "crux", "leveller")
+PRESET_NAMES = ("fig3", "fig1-trio")
+JOB_FORMAT = "format C:M[:G] with compute time C > 0, communication time M > 0, GPUs G an integer >= 1"
+
+
+def parse_job(text: str) -> Any:
+    """Parse C:M[:G] into a LinkJob; UserError naming the part and the allowed values."""
+    from leveller.sim.link import LinkJob
+
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise UserError(f"--job {text!r}: expected 2 or 3 fields separated by ':'; {JOB_FORMAT}")
+    values = []
+    for label, raw in zip(("compute time C", "communication time M"), parts[:2]):
+        try:
+            value = Fraction(raw)
+        except (ValueError, ZeroDivisionError):
+            raise UserError(f"--job {text!r}: {label} must be a number > 0, got {raw!r}; {JOB_FORMAT}") from None
+        if value <= 0:
+            raise UserError(f"--job {text!r}: {label} must be > 0, got {raw!r}; {JOB_FORMAT}")
+        values.append(value)
+    gpus = 1
+    if len(parts) == 3:
+        try:
+            gpus = int(parts[2])
+        except ValueError:
+            raise UserError(f"--job {text!r}: GPUs G must be an integer >= 1, got {parts[2]!r}") from None
+        if gpus < 1:
+            raise UserError(f"--job {text!r}: GPUs G must be an integer >= 1, got {parts[2]!r}")
+    return LinkJob(values[0], values[1], gpus)
+
+
+def parse_tau(text: str) -> Fraction:
+    try:
+        tau = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise UserError(f"--tau must be a number >= 0 (0 = re-rank at every iteration end), got {text!r}") from None
+    if tau < 0:
+        raise UserError(f"--tau must be a number >= 0 (0 = re-rank at every iteration end), got {text!r}")
+    return tau
+
+
+def check_positive(option: str, value: Optional[int]) -> None:
+    if value is not None and value < 1:
+        raise UserError(f"{option} must be an integer >= 1, got {value}")
+
+
+def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
+    return {
+        "policy": result.policy,
+        "rates": [float(r) for r in result.rates],
+        "min": float(result.min),
+        "avg": float(result.avg),
+        "iterations": list(result.iterations),
+        "jobs": [{"compute": float(j.compute), "comm": float(j.comm), "gpus": j.gpus} for j in result.jobs],
+        "tau": float(tau),
+        "cycles": cycles,
+        "horizon": float(result.horizon),
+    }
+
+
+def run_link(args: argparse.Namespace) -> int:
+    from leveller.core.policies import make_policy
+    from leveller.sim.link import simulate_link
+    from leveller.sim.presets import PRESETS
+
+    check_positive("--cycles", args.cycles)
+    check_positive("--levels", args.levels)
+    tau = parse_tau(args.tau)
+    if args.job and args.preset:
+        raise UserError("give either --job (one or more) or --preset, not both")
+    if args.job:
+        jobs = [parse_job(text) for text in args.job]
+    elif args.preset:
+        jobs = list(PRESETS[args.preset])
+    else:
+        raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
+    until = Fraction(args.timeline_until)
+    result = simulate_link(jobs, make_policy(args.policy, tau), cycles=args.cycles, levels=args.levels,
+                           record_until=until if args.timeline else Fraction(0))
+    if args.timeline:
+        from leveller.sim.timeline import plot_timelines
+
+        title = args.policy + (f", tau={tau}" if args.policy == "leveller" and tau else "")
+        plot_timelines([(title, result)], Path(args.timeline), until)
+    if args.json:
+        out = result_json(result, tau, args.cycles)
+        if args.timeline:
+            out["timeline"] = str(args.timeline)
+        print(json.dumps(out))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"single link, policy {args.policy}, R over {float(result.horizon):g} time units")
+    for col in ("job", "C", "M", "G", "iterations", "R"):
+        table.add_column(col, justify="right")
+    for i, (job, n, r) in enumerate(zip(result.jobs, result.iterations, result.rates)):
+        table.add_row(str(i + 1), f"{float(job.compute):g}", f"{float(job.comm):g}", str(job.gpus), str(n),
+                      f"{float(r):.3f}")
+    console = Console()
+    console.print(table)
+    console.print(f"min R {float(result.min):.3f}   avg R {float(result.avg):.3f}")
+    if args.timeline:
+        console.print(f"timeline written to {args.timeline}")
+    return 0
+
+
+def no_simulator(args: argparse.Namespace) -> int:
+    raise UserError("choose a simulator: `leveller simulate link ...` (see --help)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(func=no_simulator)
+    sub = parser.add_subparsers(dest="simulator", metavar="SIMULATOR")
+    link = sub.add_parser("link", help="jobs sharing one link (exact fluid model)",
+                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    link.add_argument("--job", action="append", metavar="C:M[:G]",
+                      help="a job: compute time C, communication time M, GPUs G (default 1); repeat per job")
+    link.add_argument("--preset", choices=PRESET_NAMES,
+                      help="fig3 = the paper's pair (1:1, 1:2); fig1-trio = (1:2, 1:2, 2:1)")
+    link.add_argument("--policy", choices=POLICIES, default="leveller", help="scheduling policy (default leveller)")
+    link.add_argument("--tau", default="0", metavar="T",
+                      help="leveller re-ranking period; 0 = at every iteration end (default 0)")
+    link.add_argument("--cycles", type=int, default=1500, metavar="N",
+                      help="measure R over N x the longest ideal iteration (default 1500)")
+    link.add_argument("--levels", type=int, default=None, metavar="K",
+                      help="switch priority levels (default: one per job)")
+    link.add_argument("--timeline", metavar="FILE.png", help="also draw the first time units as a PNG timeline")
+    link.add_argument("--timeline-until", type=int, default=15, metavar="T",
+                      help="time span shown by --timeline (default 15)")
+    link.add_argument("--json", action="store_true", help="print one JSON object")
+    link.set_defaults(func=run_link)

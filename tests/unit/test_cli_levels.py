@@ -1,0 +1,75 @@
+"""`leveller levels` contract (DESIGN.md), through leveller.cli.main."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from leveller.cli import main
+
+FIG6 = {
+    "jobs": {"J1": {"rate": 0.4}, "J2": {"rate": 0.5}, "J3": {"rate": 0.7}, "J4": {"rate": 0.9}},
+    "flows": {
+        "f1": {"job": "J1", "links": ["S1", "S2"]},
+        "f21": {"job": "J2", "links": ["S1"]},
+        "f22": {"job": "J2", "links": ["S3", "S4"]},
+        "f3": {"job": "J3", "links": ["S2"]},
+        "f4": {"job": "J4", "links": ["S3", "S4"]},
+    },
+}
+
+
+def write(tmp_path: Path, data: object) -> str:
+    path = tmp_path / "in.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def test_figure6(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"levels": {"f1": 1, "f21": 0, "f22": 1, "f3": 0, "f4": 0}}
+
+
+def test_ranking_uses_rates_not_names(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(json.dumps(FIG6))
+    data["jobs"]["J1"]["rate"] = 0.95  # J1 now best off: J2 leads the first part
+    assert main(["levels", "--input", write(tmp_path, data), "--levels", "2", "--json"]) == 0
+    levels = json.loads(capsys.readouterr().out)["levels"]
+    assert levels["f21"] == 1 and levels["f22"] == 1 and levels["f1"] == 0
+
+
+def test_equal_rates_tie_goes_to_job_listed_first(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = {"jobs": {"B": {"rate": 0.5}, "A": {"rate": 0.5}},
+            "flows": {"a": {"job": "A", "links": ["L"]}, "b": {"job": "B", "links": ["L"]}}}
+    assert main(["levels", "--input", write(tmp_path, data), "--levels", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"levels": {"a": 0, "b": 1}}
+
+
+def test_table_output(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "1"]) == 0
+    assert "f22" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("data,k,words", [
+    (FIG6, "0", ["--levels", ">= 1", "0"]),
+    ("{not json", "2", ["malformed JSON", "line 1"]),
+    ([1, 2], "2", ["'jobs'", "'flows'"]),
+    ({"jobs": {}, "flows": {}}, "2", ["'jobs'", "non-empty"]),
+    ({"jobs": {"J1": {"rate": -0.1}}, "flows": {}}, "2", ["jobs.J1.rate", ">= 0", "-0.1"]),
+    ({"jobs": {"J1": {"rate": "fast"}}, "flows": {}}, "2", ["jobs.J1.rate", "'fast'"]),
+    ({"jobs": {"J1": {"rate": 0.5}}, "flows": {"f": {"job": "J9", "links": ["L"]}}}, "2",
+     ["flows.f.job", "'J9'", "known: J1"]),
+    ({"jobs": {"J1": {"rate": 0.5}}, "flows": {"f": {"job": "J1", "links": []}}}, "2",
+     ["flows.f.links", "non-empty list"]),
+])
+def test_bad_input(capsys, tmp_path, data, k, words) -> None:  # type: ignore[no-untyped-def]
+    assert main(["levels", "--input", write(tmp_path, data), "--levels", k, "--json"]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err
+
+
+def test_missing_file(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["levels", "--input", str(tmp_path / "nope.json"), "--levels", "2"]) == 2
+    assert "cannot read" in capsys.readouterr().err

@@ -1,0 +1,33 @@
+"""`leveller demo`: the paper's worked examples, table / JSON / timeline PNGs."""
+
+import json
+
+import pytest
+
+from leveller.cli import main
+
+TOL = 0.005
+
+
+def test_demo_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--json", "--out", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pair"]["fair"] == pytest.approx([0.75, 0.75], abs=TOL)
+    assert out["pair"]["crux"] == pytest.approx([1.0, 0.75], abs=TOL)
+    assert out["pair"]["leveller"] == pytest.approx([0.857, 0.857], abs=TOL)
+    assert out["trio"]["fair"] == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
+    assert out["trio"]["leveller"] == pytest.approx([0.6, 0.6, 0.6], abs=TOL)
+    assert out["trio"]["crux"][1] == pytest.approx(0.0, abs=TOL)
+    for name in ("pair-timeline.png", "trio-timeline.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_table(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--no-plots", "--cycles", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "pair" in out and "trio" in out and "0.857" in out and "0.600" in out
+
+
+def test_demo_bad_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--no-plots", "--cycles", "0"]) == 2
+    assert "--cycles" in capsys.readouterr().err
