@@ -1,0 +1,49 @@
+"""Strict JSON codec: no NaN/Infinity, no duplicate keys, objects at the top level, size-bounded."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class SchemaError(ValueError):
+    """A message does not follow the schema; ``field`` is a path such as ``flows[2].dport``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _no_constant(name: str) -> Any:
+    raise SchemaError("(body)", f"{name} is not allowed; numbers must be finite")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SchemaError(key, "duplicate key")
+        out[key] = value
+    return out
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Serialize a message (allow_nan=False: a NaN that slipped through is a bug, not data)."""
+    return json.dumps(message, allow_nan=False, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(body: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """Parse a message body into a dict; SchemaError for anything else."""
+    if len(body) > max_bytes:
+        raise SchemaError("(body)", f"{len(body)} bytes exceeds the limit of {max_bytes}")
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except UnicodeDecodeError:
+        raise SchemaError("(body)", "not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise SchemaError("(body)", f"not JSON: {exc.msg} at offset {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise SchemaError("(body)", f"expected a JSON object, got {type(value).__name__}")
+    return value

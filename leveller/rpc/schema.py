@@ -1,0 +1,232 @@
+"""Messages between agents and the controller, validated field by field.
+
+Every ``*_from_wire`` function takes the decoded JSON object and either
+returns frozen dataclasses or raises SchemaError naming the field (e.g.
+``jobs[1].iterations``), the value and what is allowed. Unknown keys are
+refused too, so a typo never passes silently.
+
+    Report (agent -> controller, every tau)
+      {"v": 1, "host": str, "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?}],
+       "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}]}
+    LevelsReply (controller -> agent)
+      {"v": 1, "epoch": int, "lease_s": float, "dscp_by_level": [int], "flows": [{flow..., "job", "level"}]}
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from leveller.core.paths import FlowKey, flow_key
+from leveller.errors import UserError
+from leveller.rpc.codec import SchemaError
+
+VERSION = 1
+MAX_JOBS = 1024
+MAX_FLOWS = 65536
+MAX_RECENT = 256
+MAX_LEVELS = 8
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
+FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
+
+
+@dataclass(frozen=True)
+class JobReport:
+    job: str
+    iterations: int
+    start_time: float
+    ideal_time: float | None = None
+    recent: tuple[tuple[int, float], ...] = ()  # (iteration number, unix end time), oldest first
+
+
+@dataclass(frozen=True)
+class FlowReport:
+    key: FlowKey
+    job: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Report:
+    host: str
+    jobs: tuple[JobReport, ...]
+    flows: tuple[FlowReport, ...]
+
+
+@dataclass(frozen=True)
+class FlowLevel:
+    key: FlowKey
+    job: str
+    level: int
+
+
+@dataclass(frozen=True)
+class LevelsReply:
+    epoch: int
+    lease_s: float
+    dscp_by_level: tuple[int, ...]
+    flows: tuple[FlowLevel, ...]
+
+
+def flow_label(key: FlowKey) -> str:
+    """Human-readable flow id, e.g. ``tcp 10.0.0.1:40000>10.0.0.3:47000``."""
+    proto = {6: "tcp", 17: "udp"}.get(key.proto, str(key.proto))
+    return f"{proto} {key.src}:{key.sport}>{key.dst}:{key.dport}"
+
+
+# ---- field validators -------------------------------------------------------------------------
+
+def _obj(value: Any, field: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SchemaError(field, f"expected an object, got {type(value).__name__}")
+    required = tuple(required)
+    allowed = set(required) | set(optional)
+    for key in value:
+        if key not in allowed:
+            raise SchemaError(f"{field}.{key}" if field else key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
+    for key in required:
+        if key not in value:
+            raise SchemaError(f"{field}.{key}" if field else key, "missing")
+    return value
+
+
+def _int(value: Any, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise SchemaError(field, f"{value!r} is invalid; an integer in {lo}..{hi}")
+    return value
+
+
+def _num(value: Any, field: str, lo: float, hi: float = math.inf, lo_open: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > lo if lo_open else value >= lo) and value <= hi:
+        return float(value)
+    bound = f"> {lo}" if lo_open else f">= {lo}"
+    raise SchemaError(field, f"{value!r} is invalid; a finite number {bound}")
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise SchemaError(field, f"{value!r} is invalid; 1-64 characters from letters, digits, _ . : -")
+    return value
+
+
+def _list(value: Any, field: str, max_len: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise SchemaError(field, f"expected a list, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise SchemaError(field, f"{len(value)} entries; at most {max_len} are allowed")
+    return value
+
+
+def _version(msg: Mapping[str, Any]) -> None:
+    if msg.get("v") != VERSION:
+        raise SchemaError("v", f"{msg.get('v')!r} is not a supported version; this build speaks {VERSION}")
+
+
+def _flow(value: dict[str, Any], field: str) -> FlowKey:
+    proto = value["proto"]
+    if isinstance(proto, bool) or proto not in _PROTOS:
+        raise SchemaError(f"{field}.proto", f"{proto!r} is invalid; tcp, udp, 6 or 17")
+    for port in ("sport", "dport"):
+        _int(value[port], f"{field}.{port}", 0, 65535)
+    for addr in ("src", "dst"):
+        if not isinstance(value[addr], str):
+            raise SchemaError(f"{field}.{addr}", f"{value[addr]!r} is invalid; an IPv4 address string")
+    try:
+        return flow_key(value["src"], value["dst"], value["sport"], value["dport"], _PROTOS[proto])
+    except UserError as exc:
+        raise SchemaError(field, str(exc)) from None
+
+
+# ---- Report ------------------------------------------------------------------------------------
+
+def report_to_wire(report: Report) -> dict[str, Any]:
+    jobs = []
+    for j in report.jobs:
+        entry: dict[str, Any] = {"job": j.job, "iterations": j.iterations, "start_time": j.start_time,
+                                 "recent": [[n, t] for n, t in j.recent]}
+        if j.ideal_time is not None:
+            entry["ideal_time"] = j.ideal_time
+        jobs.append(entry)
+    flows = [dict(f.key.to_dict(), job=f.job, bytes=f.bytes) for f in report.flows]
+    return {"v": VERSION, "host": report.host, "jobs": jobs, "flows": flows}
+
+
+def report_from_wire(msg: dict[str, Any]) -> Report:
+    _obj(msg, "", ("v", "host", "jobs", "flows"))
+    _version(msg)
+    host = _name(msg["host"], "host")
+    jobs: list[JobReport] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(_list(msg["jobs"], "jobs", MAX_JOBS)):
+        f = f"jobs[{i}]"
+        _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent"))
+        job = _name(raw["job"], f"{f}.job")
+        if job in seen:
+            raise SchemaError(f"{f}.job", f"{job!r} appears twice")
+        seen.add(job)
+        iterations = _int(raw["iterations"], f"{f}.iterations", 0, 2**53)
+        start = _num(raw["start_time"], f"{f}.start_time", 0, lo_open=True)
+        ideal = raw.get("ideal_time")
+        ideal = None if ideal is None else _num(ideal, f"{f}.ideal_time", 0, lo_open=True)
+        recent = []
+        for k, pair in enumerate(_list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise SchemaError(f"{f}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
+            recent.append((_int(pair[0], f"{f}.recent[{k}][0]", 1, iterations),
+                           _num(pair[1], f"{f}.recent[{k}][1]", start)))
+        jobs.append(JobReport(job, iterations, start, ideal, tuple(recent)))
+    flows: list[FlowReport] = []
+    keys: set[FlowKey] = set()
+    for i, raw in enumerate(_list(msg["flows"], "flows", MAX_FLOWS)):
+        f = f"flows[{i}]"
+        _obj(raw, f, FLOW_KEYS + ("job", "bytes"))
+        key = _flow(raw, f)
+        if key in keys:
+            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
+        keys.add(key)
+        job = _name(raw["job"], f"{f}.job")
+        if job not in seen:
+            raise SchemaError(f"{f}.job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
+        flows.append(FlowReport(key, job, _int(raw["bytes"], f"{f}.bytes", 0, 2**63 - 1)))
+    return Report(host, tuple(jobs), tuple(flows))
+
+
+# ---- LevelsReply ---------------------------------------------------------------------------------
+
+def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
+    return {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
+            "dscp_by_level": list(reply.dscp_by_level),
+            "flows": [dict(f.key.to_dict(), job=f.job, level=f.level) for f in reply.flows]}
+
+
+def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
+    """Validate a reply; with ``known_jobs``, a level for any other job is refused."""
+    _obj(msg, "", ("v", "epoch", "lease_s", "dscp_by_level", "flows"))
+    _version(msg)
+    epoch = _int(msg["epoch"], "epoch", 0, 2**63 - 1)
+    lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
+    dscp = tuple(_int(d, f"dscp_by_level[{i}]", 0, 63)
+                 for i, d in enumerate(_list(msg["dscp_by_level"], "dscp_by_level", MAX_LEVELS)))
+    if not dscp:
+        raise SchemaError("dscp_by_level", "empty; one DSCP per level is required")
+    if len(set(dscp)) != len(dscp):
+        raise SchemaError("dscp_by_level", f"{list(dscp)} has duplicates; one distinct DSCP per level")
+    known = None if known_jobs is None else set(known_jobs)
+    flows: list[FlowLevel] = []
+    keys: set[FlowKey] = set()
+    for i, raw in enumerate(_list(msg["flows"], "flows", MAX_FLOWS)):
+        f = f"flows[{i}]"
+        _obj(raw, f, FLOW_KEYS + ("job", "level"))
+        key = _flow(raw, f)
+        if key in keys:
+            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
+        keys.add(key)
+        job = _name(raw["job"], f"{f}.job")
+        if known is not None and job not in known:
+            raise SchemaError(f"{f}.job", f"{job!r} is not a job of this host (known: {sorted(known)})")
+        flows.append(FlowLevel(key, job, _int(raw["level"], f"{f}.level", 0, len(dscp) - 1)))
+    return LevelsReply(epoch, lease, dscp, tuple(flows))

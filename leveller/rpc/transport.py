@@ -1,0 +1,146 @@
+"""gRPC server and client for the controller service (generic handlers, raw bytes, JSON inside).
+
+Service ``leveller.v1.Controller``, unary methods:
+  Report: Report -> LevelsReply   (an agent's jobs and flows; the levels for its flows)
+  Status: {"v": 1} -> status dict (what `leveller status` shows)
+Requests are authenticated before they are decoded; rejected requests get
+UNAUTHENTICATED or INVALID_ARGUMENT with the field in the message, and the
+handler is not called (so nothing changes). Oversize messages are refused by
+gRPC itself (RESOURCE_EXHAUSTED) through max message length options.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent import futures
+from typing import Any, Callable, Iterable, Protocol
+
+import grpc
+
+from leveller.rpc import auth
+from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.rpc.schema import LevelsReply, Report, VERSION, report_from_wire, report_to_wire, \
+    reply_from_wire, reply_to_wire
+
+SERVICE = "leveller.v1.Controller"
+REPORT = f"/{SERVICE}/Report"
+STATUS = f"/{SERVICE}/Status"
+Clock = Callable[[], float]
+
+
+class ControllerHandler(Protocol):
+    """What the RPC layer needs from the controller (raise SchemaError to reject with no change)."""
+
+    def report(self, report: Report, now: float) -> LevelsReply: ...
+
+    def status(self, now: float) -> dict[str, Any]: ...
+
+
+class RpcFailure(Exception):
+    """A call that failed: ``code`` is the grpc.StatusCode (None for a bad reply signature/schema)."""
+
+    def __init__(self, code: grpc.StatusCode | None, details: str) -> None:
+        super().__init__(f"{code.name if code else 'BAD_REPLY'}: {details}")
+        self.code = code
+        self.details = details
+
+
+def _options(max_bytes: int) -> list[tuple[str, int]]:
+    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
+
+
+def _reply_method(method: str) -> str:
+    return method + "#reply"
+
+
+class _Service:
+    def __init__(self, handler: ControllerHandler, secret: bytes, clock: Clock, max_bytes: int) -> None:
+        self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
+
+    def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
+              work: Callable[[dict[str, Any], float], dict[str, Any]]) -> bytes:
+        now = self.clock()
+        try:
+            auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
+        except auth.AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        try:
+            out = encode(work(decode(body, self.max_bytes), now))
+        except SchemaError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        context.set_trailing_metadata(auth.metadata(self.secret, _reply_method(method), now, out))
+        return out
+
+    def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._call(REPORT, body, context,
+                          lambda msg, now: reply_to_wire(self.handler.report(report_from_wire(msg), now)))
+
+    def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        def work(msg: dict[str, Any], now: float) -> dict[str, Any]:
+            if msg != {"v": VERSION}:
+                raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
+            return self.handler.status(now)
+        return self._call(STATUS, body, context, work)
+
+
+def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock = time.time,
+          max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 4) -> tuple[grpc.Server, int]:
+    """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port)."""
+    svc = _Service(handler, secret, clock, max_message_bytes)
+    methods = {
+        "Report": grpc.unary_unary_rpc_method_handler(svc.report),
+        "Status": grpc.unary_unary_rpc_method_handler(svc.status),
+    }
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server, port
+
+
+class ControllerClient:
+    """Client of the controller service; every reply's signature is checked before it is decoded."""
+
+    def __init__(self, address: str, secret: bytes, timeout_s: float = 5.0, clock: Clock = time.time,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.address, self.secret, self.timeout_s, self.clock = address, secret, timeout_s, clock
+        self.max_bytes = max_message_bytes
+        self._channel = grpc.insecure_channel(address, options=_options(max_message_bytes))
+        self._report = self._channel.unary_unary(REPORT)
+        self._status = self._channel.unary_unary(STATUS)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "ControllerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, stub: Any, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        body = encode(message)
+        now = self.clock()
+        try:
+            out, call = stub.with_call(body, timeout=self.timeout_s,
+                                       metadata=auth.metadata(self.secret, method, now, body))
+        except grpc.RpcError as exc:
+            raise RpcFailure(exc.code(), exc.details() or "") from None  # type: ignore[attr-defined]
+        try:
+            auth.verify(self.secret, _reply_method(method), out, dict(call.trailing_metadata() or ()), self.clock())
+            return decode(out, self.max_bytes)
+        except (auth.AuthError, SchemaError) as exc:
+            raise RpcFailure(None, f"reply from {self.address} refused: {exc}") from None
+
+    def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
+        """Send a report; returns the validated levels (refusing levels for jobs not in ``known_jobs``)."""
+        msg = self._call(self._report, REPORT, report_to_wire(report))
+        try:
+            return reply_from_wire(msg, known_jobs)
+        except SchemaError as exc:
+            raise RpcFailure(None, f"reply from {self.address} refused: {exc}") from None
+
+    def status(self) -> dict[str, Any]:
+        return self._call(self._status, STATUS, {"v": VERSION})

@@ -1,0 +1,123 @@
+"""RPC schema: well-formed messages round-trip; every malformed field is refused by name."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from leveller.core.paths import flow_key
+from leveller.rpc.codec import SchemaError, decode, encode
+from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, reply_from_wire,
+                                 reply_to_wire, report_from_wire, report_to_wire)
+
+KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
+
+
+def good_report() -> dict[str, Any]:
+    return report_to_wire(Report("h1", (JobReport("j1", 7, 1000.0, 0.5, ((6, 1003.0), (7, 1003.5))),
+                                        JobReport("j2", 0, 1001.0)),
+                                 (FlowReport(KEY, "j1", 123456),)))
+
+
+def good_reply() -> dict[str, Any]:
+    return reply_to_wire(LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),)))
+
+
+def test_report_round_trip() -> None:
+    r = report_from_wire(decode(encode(good_report())))
+    assert r.host == "h1"
+    assert r.jobs[0] == JobReport("j1", 7, 1000.0, 0.5, ((6, 1003.0), (7, 1003.5)))
+    assert r.jobs[1].ideal_time is None
+    assert r.flows == (FlowReport(KEY, "j1", 123456),)
+
+
+def test_reply_round_trip() -> None:
+    r = reply_from_wire(decode(encode(good_reply())), known_jobs={"j1"})
+    assert r == LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),))
+
+
+def mutate(msg: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    msg = copy.deepcopy(msg)
+    target = msg
+    for p in path[:-1]:
+        target = target[p]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return msg
+
+
+@pytest.mark.parametrize("path,value,field", [
+    (("jobs", 0, "iterations"), -1, "jobs[0].iterations"),
+    (("jobs", 0, "iterations"), 1.5, "jobs[0].iterations"),
+    (("jobs", 0, "iterations"), True, "jobs[0].iterations"),
+    (("jobs", 0, "start_time"), float("inf"), "jobs[0].start_time"),
+    (("jobs", 0, "ideal_time"), 0, "jobs[0].ideal_time"),
+    (("jobs", 0, "ideal_time"), float("nan"), "jobs[0].ideal_time"),
+    (("jobs", 0, "recent", 0), [9, 1003.0], "jobs[0].recent[0][0]"),
+    (("jobs", 0, "recent", 0), [6, 10.0], "jobs[0].recent[0][1]"),
+    (("jobs", 0, "job"), "has space", "jobs[0].job"),
+    (("jobs", 1, "job"), "j1", "jobs[1].job"),
+    (("jobs", 0, "extra"), 1, "jobs[0].extra"),
+    (("jobs", 0, "start_time"), KeyError, "jobs[0].start_time"),
+    (("flows", 0, "job"), "ghost", "flows[0].job"),
+    (("flows", 0, "dport"), 70000, "flows[0].dport"),
+    (("flows", 0, "src"), "10.0.0.300", "flows[0]"),
+    (("flows", 0, "proto"), "icmp", "flows[0].proto"),
+    (("flows", 0, "bytes"), -5, "flows[0].bytes"),
+    (("host",), "", "host"),
+    (("v",), 2, "v"),
+    (("jobs",), {}, "jobs"),
+])
+def test_report_rejects(path: tuple[Any, ...], value: Any, field: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        report_from_wire(mutate(good_report(), path, value))
+    assert info.value.field == field
+
+
+def test_report_rejects_duplicate_flow_and_too_many_jobs() -> None:
+    msg = good_report()
+    msg["flows"].append(dict(msg["flows"][0]))
+    with pytest.raises(SchemaError, match="twice"):
+        report_from_wire(msg)
+    msg = good_report()
+    msg["jobs"] = [dict(msg["jobs"][1], job=f"j{i}") for i in range(1025)]
+    msg["flows"] = []
+    with pytest.raises(SchemaError, match="at most 1024"):
+        report_from_wire(msg)
+
+
+@pytest.mark.parametrize("path,value,field", [
+    (("flows", 0, "level"), 2, "flows[0].level"),
+    (("flows", 0, "level"), -1, "flows[0].level"),
+    (("flows", 0, "job"), "other", "flows[0].job"),  # unknown job for a level
+    (("lease_s",), 0, "lease_s"),
+    (("lease_s",), float("inf"), "lease_s"),
+    (("dscp_by_level",), [0, 64], "dscp_by_level[1]"),
+    (("dscp_by_level",), [8, 8], "dscp_by_level"),
+    (("dscp_by_level",), [], "dscp_by_level"),
+    (("epoch",), -1, "epoch"),
+])
+def test_reply_rejects(path: tuple[Any, ...], value: Any, field: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        reply_from_wire(mutate(good_reply(), path, value), known_jobs={"j1"})
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("body,msg", [
+    (b'{"v": NaN}', "NaN"), (b'{"v": Infinity}', "Infinity"), (b'{"v": 1, "v": 1}', "duplicate"),
+    (b"[1]", "JSON object"), (b"\xff", "UTF-8"), (b"{", "not JSON"),
+])
+def test_codec_rejects(body: bytes, msg: str) -> None:
+    with pytest.raises(SchemaError, match=msg):
+        decode(body)
+
+
+def test_codec_rejects_oversize_and_never_emits_nan() -> None:
+    with pytest.raises(SchemaError, match="exceeds"):
+        decode(b'{"a": "' + b"x" * 100 + b'"}', max_bytes=50)
+    with pytest.raises(ValueError):
+        encode({"x": float("nan")})

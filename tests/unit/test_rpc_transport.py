@@ -1,0 +1,134 @@
+"""Real gRPC server and client on loopback: authentication, validation, size limits, no state change."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import grpc
+import pytest
+
+from leveller.core.paths import flow_key
+from leveller.rpc import auth
+from leveller.rpc.codec import SchemaError, encode
+from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
+from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure, serve
+
+SECRET = b"test-secret-0123456789"
+KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
+
+
+class RecordingHandler:
+    """Stores accepted reports; answers level 1 for every flow; refuses host 'bad' semantically."""
+
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+
+    def report(self, report: Report, now: float) -> LevelsReply:
+        if report.host == "bad":
+            raise SchemaError("host", "'bad' is refused by this handler")
+        self.reports.append(report)
+        return LevelsReply(len(self.reports), 2.0, (0, 8),
+                           tuple(FlowLevel(f.key, f.job, 1) for f in report.flows))
+
+    def status(self, now: float) -> dict[str, Any]:
+        return {"reports": len(self.reports)}
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[RecordingHandler, str]]:
+    handler = RecordingHandler()
+    srv, port = serve(handler, "127.0.0.1:0", SECRET, max_message_bytes=64 * 1024)
+    try:
+        yield handler, f"127.0.0.1:{port}"
+    finally:
+        srv.stop(grace=None)
+
+
+def report(host: str = "h1") -> Report:
+    return Report(host, (JobReport("j1", 3, time.time() - 10, 1.0),), (FlowReport(KEY, "j1", 1000),))
+
+
+def raw_call(address: str, body: bytes, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as ch:
+        try:
+            ch.unary_unary(REPORT).with_call(body, timeout=5, metadata=metadata)
+        except grpc.RpcError as exc:
+            return exc.code()  # type: ignore[attr-defined, no-any-return]
+    return grpc.StatusCode.OK
+
+
+def test_report_gets_levels(server: tuple[RecordingHandler, str]) -> None:
+    handler, address = server
+    with ControllerClient(address, SECRET) as client:
+        reply = client.report(report(), known_jobs={"j1"})
+        assert client.status() == {"reports": 1}
+    assert reply.flows == (FlowLevel(KEY, "j1", 1),)
+    assert reply.lease_s == 2.0 and reply.dscp_by_level == (0, 8)
+    assert handler.reports[0].jobs[0].iterations == 3
+
+
+def test_wrong_secret_is_unauthenticated_and_changes_nothing(server: tuple[RecordingHandler, str]) -> None:
+    handler, address = server
+    with ControllerClient(address, b"wrong-secret-0123456789") as client:
+        with pytest.raises(RpcFailure) as info:
+            client.report(report())
+    assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert "signature" in info.value.details
+    assert handler.reports == []
+    assert raw_call(address, encode(report_to_wire(report())), ()) == grpc.StatusCode.UNAUTHENTICATED
+    assert handler.reports == []
+
+
+def signed(body: bytes) -> tuple[tuple[str, str], ...]:
+    return auth.metadata(SECRET, REPORT, time.time(), body)
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    (b'"iterations":3', b'"iterations":-1', "jobs[0].iterations"),
+    (b'"ideal_time":1.0', b'"ideal_time":NaN', "NaN"),
+    (b'"dport":47000', b'"dport":"47000"', "flows[0].dport"),
+])
+def test_invalid_report_names_the_field(server: tuple[RecordingHandler, str], old: bytes, new: bytes,
+                                        needle: str) -> None:
+    handler, address = server
+    body = encode(report_to_wire(report()))
+    assert old in body
+    body = body.replace(old, new)
+    with grpc.insecure_channel(address) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            ch.unary_unary(REPORT).with_call(body, timeout=5, metadata=signed(body))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert needle in info.value.details()  # type: ignore[attr-defined]
+    assert handler.reports == []
+
+
+def test_semantic_rejection_by_handler(server: tuple[RecordingHandler, str]) -> None:
+    handler, address = server
+    with ControllerClient(address, SECRET) as client:
+        with pytest.raises(RpcFailure) as info:
+            client.report(report("bad"))
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT and "host" in info.value.details
+    assert handler.reports == []
+
+
+def test_oversize_message_is_refused(server: tuple[RecordingHandler, str]) -> None:
+    handler, address = server
+    body = encode({"v": 1, "host": "h1", "jobs": [], "flows": [], "pad": "x" * 100_000})
+    assert raw_call(address, body, signed(body)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert handler.reports == []
+
+
+def test_client_refuses_levels_for_unknown_job(server: tuple[RecordingHandler, str]) -> None:
+    _, address = server
+    with ControllerClient(address, SECRET) as client:
+        with pytest.raises(RpcFailure) as info:
+            client.report(report(), known_jobs={"other"})
+    assert info.value.code is None and "flows[0].job" in info.value.details
+
+
+def test_unreachable_controller_is_unavailable() -> None:
+    with ControllerClient("127.0.0.1:1", SECRET, timeout_s=2) as client:
+        with pytest.raises(RpcFailure) as info:
+            client.report(report())
+    assert info.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
