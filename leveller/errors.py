@@ -1,5 +1,5 @@
 """Errors that the CLI reports as a one-line message and a non-zero exit."""
 
+from leveller.core.errors import UserError
 
-class UserError(Exception):
-    """Bad input from the user: the message names the field, the value and what is allowed."""
+__all__ = ["UserError"]
