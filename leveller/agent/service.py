@@ -1,0 +1,117 @@
+"""The host agent: every interval, report progress and flows, apply the levels, honour the lease.
+
+One :meth:`Agent.step` = poll the job logs, read the flow counters, send a
+report, and either apply the reply's levels (flow -> DSCP) through the
+enforcer or, when no valid reply came for longer than the lease, clear every
+rewrite (fallback to no priorities). Dependencies are injected as Protocols:
+the eBPF datapath (enforce_bpf), the RPC client (leveller.rpc.transport) and
+the clock, so the same loop runs against fakes in tests and the kernel live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+from leveller.agent.lease import Lease
+from leveller.agent.rate_tracker import LogTailer, RateTracker
+from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
+from leveller.core.paths import FlowKey
+from leveller.rpc.schema import LevelsReply, Report
+from leveller.rpc.transport import RpcFailure
+
+
+class Enforcer(Protocol):
+    """Rewrites DSCP per flow (the eBPF datapath through enforce_bpf.BpfEnforcer)."""
+
+    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+        """Make the set of rewritten flows exactly ``marks`` (flow -> DSCP); all or nothing."""
+        ...
+
+    def clear(self) -> None:
+        """Stop rewriting every flow."""
+        ...
+
+
+class ReportClient(Protocol):
+    """Sends a report, returns validated levels (leveller.rpc.transport.ControllerClient)."""
+
+    def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply: ...
+
+
+class NoFlows:
+    """Flow source for hosts without a datapath: progress is reported, no flows."""
+
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        return {}
+
+
+def marks_from_reply(reply: LevelsReply) -> dict[FlowKey, int]:
+    """flow -> DSCP for every flow the reply sets."""
+    return {f.key: reply.dscp_by_level[f.level] for f in reply.flows}
+
+
+@dataclass
+class StepResult:
+    """What one step did (for logs, status and tests)."""
+
+    report: Report
+    ok: bool
+    error: str | None = None
+    marks: dict[FlowKey, int] | None = None  # applied this step
+    cleared: bool = False  # lease ran out this step: all rewrites removed
+
+
+@dataclass
+class Agent:
+    host: str
+    logs: Sequence[tuple[LogTailer, RateTracker]]
+    client: ReportClient
+    enforcer: Enforcer
+    flows: FlowSource = field(default_factory=NoFlows)
+    classifier: Classifier = field(default_factory=Classifier)
+    ideal_times: Mapping[str, float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time
+    lease: Lease = field(default_factory=Lease)
+    marks: dict[FlowKey, int] = field(default_factory=dict)
+    last_error: str | None = None
+
+    def build(self, now: float) -> Report:
+        for tailer, tracker in self.logs:
+            tracker.feed_all(tailer.poll(), now)
+        progress = merge_progress(tracker.jobs for _, tracker in self.logs)
+        return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times)
+
+    def step(self) -> StepResult:
+        report = self.build(self.clock())
+        try:
+            reply = self.client.report(report, known_jobs={j.job for j in report.jobs})
+        except RpcFailure as exc:
+            self.last_error = str(exc)
+            cleared = self.lease.expire_if_due(self.clock())
+            if cleared:
+                self.enforcer.clear()
+                self.marks = {}
+            return StepResult(report, False, str(exc), cleared=cleared)
+        marks = marks_from_reply(reply)
+        self.enforcer.apply(marks)
+        self.marks = marks
+        self.lease.renew(self.clock(), reply.lease_s)
+        self.last_error = None
+        return StepResult(report, True, marks=marks)
+
+    def run(self, interval_s: float, stop: threading.Event,
+            on_step: Callable[[StepResult], None] | None = None) -> None:
+        """Step every ``interval_s`` until ``stop`` is set; clears all rewrites on the way out."""
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                result = self.step()
+                if on_step:
+                    on_step(result)
+                stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+        finally:
+            self.enforcer.clear()
+            self.marks = {}
