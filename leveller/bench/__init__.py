@@ -1,0 +1,1 @@
+"""Measurement logic behind `leveller bench ...` (the commands only format and print)."""
