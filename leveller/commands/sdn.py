@@ -1,0 +1,65 @@
+"""Run LEVELLER's os-ken OpenFlow 1.3 app in the foreground.
+
+It installs an exact-match path for every new flow (one of the equal-cost
+shortest paths, picked deterministically from the 5-tuple), programs the level ->
+DSCP -> strict-priority queue mapping (OpenFlow set_queue, or a tc classifier on
+every switch egress port for the OVS userspace datapath, which ignores set_queue),
+reinstalls its state when a switch reconnects, and answers path and queue queries
+over HTTP JSON (see sdn/README.md).
+
+  leveller sdn --testbed leveller                 app for a testbed (topology, netns, mode from its state)
+  leveller sdn --topology leafspine --queue-mode set_queue --of-port 6653 --api 127.0.0.1:8181
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--testbed", default=None, help="testbed name: read topology, switch netns and "
+                        "datapath from its run directory")
+    parser.add_argument("--run-dir", default=None, help="the testbed's run directory (default /run/leveller/NAME)")
+    parser.add_argument("--topology", default=None, help="without --testbed: preset or TOML topology file")
+    parser.add_argument("--queue-mode", choices=("set_queue", "tc"), default=None,
+                        help="DSCP->queue mapping: OpenFlow set_queue (kernel/hardware datapath) or tc "
+                        "classifiers on switch ports (OVS userspace); default from the testbed, else set_queue")
+    parser.add_argument("--api", default="127.0.0.1:8181",
+                        help="HOST:PORT of the HTTP API (port 0 = any free port; see RUN_DIR/sdn.json)")
+    parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
+    parser.add_argument("--idle-timeout", type=int, default=60, help="seconds before an idle flow's rules expire")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from leveller.core.qos import default_level_map
+    from leveller.errors import UserError
+
+    host, _, port = args.api.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UserError(f"--api = {args.api!r} is invalid; HOST:PORT, e.g. 127.0.0.1:8181")
+    netns, info_file, of_port = None, None, args.of_port
+    if args.testbed:
+        from leveller.testbed.cluster import OF_PORT, Testbed
+
+        tb = Testbed(args.testbed, args.run_dir)
+        state = tb.state
+        topo = tb.topology
+        netns = state.switch_netns
+        of_port = OF_PORT
+        mode = args.queue_mode or ("tc" if state.datapath_type == "netdev" else "set_queue")
+        info_file = Path(tb.run_dir) / "sdn.json"
+    elif args.topology:
+        from leveller.testbed.topofile import load_topology
+
+        topo = load_topology(args.topology)
+        mode = args.queue_mode or "set_queue"
+    else:
+        raise UserError("give --testbed NAME or --topology (preset or TOML file)")
+    from sdn.main import run as run_app
+
+    run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_port=of_port, netns=netns,
+            info_file=info_file, idle_timeout=args.idle_timeout)
+    return 0

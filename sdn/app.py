@@ -1,0 +1,141 @@
+"""The os-ken app: a thin shim that feeds OpenFlow events to sdn.logic.PathController
+and sends what it returns (sdn.ofsend). It also polls per-queue statistics, keeps the
+DSCP classifiers on switch ports (userspace datapath) and serves the HTTP API."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3
+
+from leveller.core.qos import LevelMap
+from leveller.core.topology import Topology
+from sdn import api, tcmap
+from sdn.logic import PathController
+from sdn.ofsend import send
+
+LOG = logging.getLogger("leveller.sdn")
+
+
+@dataclass
+class AppConfig:
+    topo: Topology
+    level_map: LevelMap
+    queue_mode: str  # "set_queue" (kernel/hardware datapath) or "tc" (OVS userspace)
+    api_sock: Any  # listening socket for the HTTP API (bound before entering the switch netns)
+    idle_timeout: int = 60
+    poll_interval: float = 1.0
+
+
+class LevellerApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args: Any, leveller: AppConfig, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cfg = leveller
+        self.logic = PathController(leveller.topo, leveller.level_map, set_queue=leveller.queue_mode == "set_queue",
+                                    idle_timeout=leveller.idle_timeout)
+        self.datapaths: dict[int, Any] = {}
+        self.port_names: dict[int, dict[int, str]] = {}
+        self.queue_stats: dict[tuple[int, int, int], dict[str, Any]] = {}
+
+    def start(self) -> Any:
+        thread = super().start()
+        self.threads.append(hub.spawn(self._poll_loop))
+        self.threads.append(hub.spawn(self._serve_api))
+        return thread
+
+    # ---- OpenFlow events -------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _features(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        self.datapaths[dp.id] = dp
+        LOG.info("switch %016x connected", dp.id)
+        send(self.datapaths, self.logic.switch_connected(dp.id, time.time()))
+        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state(self, ev: Any) -> None:
+        dp = ev.datapath
+        if ev.state == DEAD_DISPATCHER and dp.id is not None and self.datapaths.get(dp.id) is dp:
+            LOG.info("switch %016x disconnected", dp.id)
+            del self.datapaths[dp.id]
+            self.logic.switch_disconnected(dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def _port_desc(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        names = self.port_names.setdefault(dp.id, {})
+        for port in ev.msg.body:
+            if port.port_no < dp.ofproto.OFPP_MAX:
+                names[port.port_no] = port.name.decode() if isinstance(port.name, bytes) else port.name
+        self._keep_classifiers(dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev: Any) -> None:
+        msg = ev.msg
+        send(self.datapaths, self.logic.packet_in(msg.datapath.id, msg.match["in_port"], bytes(msg.data), time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _flow_removed(self, ev: Any) -> None:
+        msg = ev.msg
+        ofp = msg.datapath.ofproto
+        if msg.reason in (ofp.OFPRR_IDLE_TIMEOUT, ofp.OFPRR_HARD_TIMEOUT):
+            send(self.datapaths, self.logic.flow_removed(msg.datapath.id, msg.cookie, time.time()))
+
+    @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
+    def _queue_stats(self, ev: Any) -> None:
+        now = time.time()
+        for s in ev.msg.body:
+            self.queue_stats[(ev.msg.datapath.id, s.port_no, s.queue_id)] = {
+                "tx_bytes": s.tx_bytes, "tx_packets": s.tx_packets, "tx_errors": s.tx_errors, "at": now}
+
+    # ---- background work -------------------------------------------------------------------
+    def _poll_loop(self) -> None:
+        while True:
+            for dp in list(self.datapaths.values()):
+                parser, ofp = dp.ofproto_parser, dp.ofproto
+                try:
+                    dp.send_msg(parser.OFPQueueStatsRequest(dp, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL))
+                    self._keep_classifiers(dp.id)
+                except Exception:  # a switch going away mid-loop must not stop the loop
+                    LOG.exception("polling switch %s", dp.id)
+            hub.sleep(self.cfg.poll_interval)
+
+    def _keep_classifiers(self, dpid: int) -> None:
+        if self.cfg.queue_mode != "tc":
+            return
+        for port_no, name in sorted(self.port_names.get(dpid, {}).items()):
+            if tcmap.ensure_filters(name, self.cfg.level_map):
+                LOG.info("DSCP classifier installed on %s", name)
+
+    def _serve_api(self) -> None:
+        from eventlet import wsgi
+
+        wsgi.server(self.cfg.api_sock, api.make_app(self), log=LOG, log_output=False)
+
+    # ---- views for the API -----------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"switches": {s.name: s.dpid in self.datapaths for s in self.logic.topo.switches},
+                "flows": len(self.logic.flows), "queue_mode": self.cfg.queue_mode,
+                "levels": self.logic.level_map.to_dict()}
+
+    def queues(self) -> list[dict[str, Any]]:
+        now = time.time()
+        out = []
+        level_of_queue = {q: l for l, q in enumerate(self.logic.level_map.queue)}
+        for (dpid, port, queue), st in sorted(self.queue_stats.items()):
+            sw = self.logic.topo.switch_by_dpid(dpid)
+            out.append({"switch": sw.name if sw else None, "dpid": dpid, "port": port,
+                        "port_name": self.port_names.get(dpid, {}).get(port), "queue": queue,
+                        "level": level_of_queue.get(queue), "tx_bytes": st["tx_bytes"],
+                        "tx_packets": st["tx_packets"], "tx_errors": st["tx_errors"],
+                        "age_s": round(now - st["at"], 3)})
+        return out

@@ -1,0 +1,62 @@
+"""Python client for the SDN app's HTTP API (see sdn.api); no os-ken import needed."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+class SdnClient:
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    @classmethod
+    def for_run_dir(cls, run_dir: Path | str) -> "SdnClient":
+        """Client for the app started for a testbed (it writes RUN_DIR/sdn.json)."""
+        info = json.loads((Path(run_dir) / "sdn.json").read_text())
+        return cls(info["api"])
+
+    def _get(self, path: str, **query: Any) -> Any:
+        url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        return self._open(urllib.request.Request(url))
+
+    def _open(self, req: urllib.request.Request) -> Any:
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise RuntimeError(f"{req.full_url}: {exc.code} {exc.read().decode(errors='replace')}") from None
+
+    def health(self) -> dict[str, Any]:
+        return self._get("/health")
+
+    def path(self, src: str, dst: str, sport: int = 0, dport: int = 0, proto: str | int = "tcp") -> dict[str, Any] | None:
+        return self._get("/paths", src=src, dst=dst, sport=sport, dport=dport, proto=proto)
+
+    def paths(self, flows: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+        req = urllib.request.Request(self.url + "/paths", data=json.dumps(flows).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        return self._open(req)["paths"]
+
+    def flows(self) -> list[dict[str, Any]]:
+        return self._get("/flows")["flows"]
+
+    def host_paths(self, host: str) -> list[dict[str, Any]] | None:
+        res = self._get(f"/hosts/{urllib.parse.quote(host)}/paths")
+        return None if res is None else res["flows"]
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self._get("/queues")["queues"]
+
+    def levels(self) -> dict[str, Any]:
+        return self._get("/levels")
+
+    def topology(self) -> dict[str, Any]:
+        return self._get("/topology")

@@ -1,0 +1,116 @@
+"""The app's brain, FAUCET-style: events in, OpenFlow messages (as data) out.
+
+PURE: `now` is an argument; nothing here talks to a switch. `sdn.app` feeds it
+os-ken events and sends what it returns.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from leveller.core.paths import FlowKey, Path, choose_path, graph
+from leveller.core.qos import LevelMap
+from leveller.core.topology import Topology
+from sdn.rules import Msg, PacketOut, DeleteFlows, path_rules, switch_setup
+
+
+def parse_flow(frame: bytes) -> FlowKey | None:
+    """5-tuple of an Ethernet/IPv4 frame (ports 0 unless TCP/UDP); None for anything else."""
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        return None
+    ip = frame[14:]
+    ihl = (ip[0] & 0x0F) * 4
+    if ip[0] >> 4 != 4 or ihl < 20 or len(ip) < ihl:
+        return None
+    proto = ip[9]
+    src = ".".join(str(b) for b in ip[12:16])
+    dst = ".".join(str(b) for b in ip[16:20])
+    sport = dport = 0
+    if proto in (6, 17) and len(ip) >= ihl + 4:
+        sport, dport = struct.unpack("!HH", ip[ihl:ihl + 4])
+    return FlowKey(src, dst, sport, dport, proto)
+
+
+@dataclass
+class FlowEntry:
+    path: Path
+    installed_at: float
+    last_seen: float
+
+
+@dataclass
+class PathController:
+    """Tracks connected switches and installed flows; decides every rule."""
+
+    topo: Topology
+    level_map: LevelMap
+    set_queue: bool = True
+    idle_timeout: int = 60
+    flows: dict[FlowKey, FlowEntry] = field(default_factory=dict)
+    connected: set[int] = field(default_factory=set)
+    _graph: nx.Graph | None = None
+
+    def __post_init__(self) -> None:
+        self._graph = graph(self.topo)
+
+    def path(self, flow: FlowKey) -> Path | None:
+        """The path this flow takes (or will take once it sends): deterministic ECMP."""
+        entry = self.flows.get(flow)
+        return entry.path if entry else choose_path(self.topo, flow, self._graph)
+
+    def switch_connected(self, dpid: int, now: float) -> list[Msg]:
+        """(Re)connection: reset the pipeline and reinstall every known flow crossing it."""
+        if self.topo.switch_by_dpid(dpid) is None:
+            return []
+        self.connected.add(dpid)
+        msgs = switch_setup(dpid, self.level_map, self.set_queue)
+        for entry in self.flows.values():
+            msgs += path_rules(entry.path, self.idle_timeout, {dpid})
+        return msgs
+
+    def switch_disconnected(self, dpid: int) -> None:
+        self.connected.discard(dpid)
+
+    def packet_in(self, dpid: int, in_port: int, frame: bytes, now: float) -> list[Msg]:
+        """A flow's packet missed table 1: install its whole path, then forward the packet."""
+        flow = parse_flow(frame)
+        if flow is None:
+            return []
+        entry = self.flows.get(flow)
+        if entry is None:
+            path = choose_path(self.topo, flow, self._graph)
+            if path is None:
+                return []
+            entry = FlowEntry(path, now, now)
+            self.flows[flow] = entry
+            msgs = path_rules(path, self.idle_timeout)
+        else:
+            # a packet raced ahead of its rule, or the rule vanished: (re)install on this switch
+            entry.last_seen = now
+            msgs = path_rules(entry.path, self.idle_timeout, {dpid})
+        hop = next((h for h in entry.path.hops if h.dpid == dpid), None)
+        if hop is not None:
+            msgs.append(PacketOut(dpid, in_port, hop.out_port, frame))
+        return msgs
+
+    def flow_removed(self, dpid: int, cookie: int, now: float) -> list[Msg]:
+        """A rule idled out: forget the flow and remove its rules on the other switches."""
+        gone = [f for f, e in self.flows.items() if f.cookie() == cookie]
+        msgs: list[Msg] = []
+        for flow in gone:
+            entry = self.flows.pop(flow)
+            msgs += [DeleteFlows(h.dpid, cookie, 2**64 - 1) for h in entry.path.hops if h.dpid != dpid]
+        return msgs
+
+    def flows_of_host(self, host: str) -> list[Path]:
+        return [e.path for f, e in sorted(self.flows.items()) if host in (e.path.src_host, e.path.dst_host)]
+
+    def describe(self, flow: FlowKey) -> dict[str, Any] | None:
+        path = self.path(flow)
+        if path is None:
+            return None
+        return path.to_dict() | {"installed": flow in self.flows}
