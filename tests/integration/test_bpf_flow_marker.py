@@ -1,0 +1,247 @@
+"""bpf/flow_marker.c on crafted packets via BPF_PROG_TEST_RUN (real kernel, no interface).
+
+Packets are built byte by byte here and checksums computed here, independently
+of the program and of leveller's code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from leveller.agent import libbpf
+from leveller.agent.flow_structs import FlowDscpC, FlowKey, FlowKeyC, FlowStatsC
+from leveller.errors import UserError
+
+pytestmark = pytest.mark.privileged
+
+TC_ACT_OK = 0
+SRC4, DST4 = ipaddress.IPv4Address("10.9.0.1"), ipaddress.IPv4Address("10.9.0.2")
+SRC6, DST6 = ipaddress.IPv6Address("fd00:9::1"), ipaddress.IPv6Address("fd00:9::2")
+ETH_IP, ETH_IP6 = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00", \
+    b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x86\xdd"
+
+
+def ones_complement_sum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def ipv4_checksum_ok(header: bytes) -> bool:
+    return ones_complement_sum(header) == 0xFFFF
+
+
+def tcp(sport: int, dport: int, payload: bytes = b"") -> bytes:
+    # checksum field left 0: neither the program nor the test run look at it
+    return struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 0x50, 0x18, 65535, 0, 0) + payload
+
+
+def udp(sport: int, dport: int, payload: bytes = b"") -> bytes:
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+
+def ipv4(l4: bytes, proto: int = 6, tos: int = 0, frag: int = 0x4000, options: bytes = b"",
+         src: ipaddress.IPv4Address = SRC4, dst: ipaddress.IPv4Address = DST4) -> bytes:
+    ihl = 5 + len(options) // 4
+    hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, tos, ihl * 4 + len(l4), 0x1234, frag, 64,
+                                proto, 0, src.packed, dst.packed) + options)
+    hdr[10:12] = struct.pack("!H", 0xFFFF - ones_complement_sum(bytes(hdr)))
+    assert ipv4_checksum_ok(bytes(hdr))
+    return ETH_IP + bytes(hdr) + l4
+
+
+def ipv6(l4: bytes, nexthdr: int = 6, tclass: int = 0, flow_label: int = 0) -> bytes:
+    first = (6 << 28) | (tclass << 20) | flow_label
+    return ETH_IP6 + struct.pack("!IHBB16s16s", first, len(l4), nexthdr, 64, SRC6.packed, DST6.packed) + l4
+
+
+def key4(sport: int, dport: int, proto: int = 6) -> FlowKey:
+    return FlowKey(SRC4, DST4, sport, dport, proto)
+
+
+def key6(sport: int, dport: int, proto: int = 6) -> FlowKey:
+    return FlowKey(SRC6, DST6, sport, dport, proto)
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[object]:
+    from leveller.agent.datapath import load_detached
+
+    dp = load_detached(max_flows=1024, max_marked_flows=1024)
+    yield dp
+    dp.detach()
+
+
+@pytest.fixture()
+def dp(loaded: object) -> Iterator[object]:
+    """The loaded program with both maps emptied before each test."""
+    raw = list(loaded.read_dscp())  # type: ignore[attr-defined]
+    libbpf.map_delete_batch(loaded._dscp_fd, b"".join(k.packed for k in raw), len(raw))  # type: ignore[attr-defined]
+    loaded._dscp.clear()  # type: ignore[attr-defined]
+    loaded.forget_flows(list(loaded.read_stats()))  # type: ignore[attr-defined]
+    assert not loaded.read_stats() and not loaded.read_dscp()  # type: ignore[attr-defined]
+    return loaded
+
+
+def run(dp: object, packet: bytes, repeat: int = 1) -> bytes:
+    res = libbpf.prog_test_run(dp.program_fd, packet, repeat)  # type: ignore[attr-defined]
+    assert res.retval == TC_ACT_OK
+    assert len(res.data) == len(packet), "the program must never truncate or grow a packet"
+    return res.data
+
+
+def test_bcc_sees_the_same_struct_sizes_as_the_mirror(dp: object) -> None:
+    bpf = dp._bpf  # type: ignore[attr-defined]
+    stats, dscp = bpf.get_table(b"flow_stats_egress"), bpf.get_table(b"flow_dscp_egress")
+    assert ctypes.sizeof(stats.Key) == ctypes.sizeof(FlowKeyC)
+    assert ctypes.sizeof(stats.Leaf) == ctypes.sizeof(FlowStatsC)
+    assert ctypes.sizeof(dscp.Key) == ctypes.sizeof(FlowKeyC)
+    assert ctypes.sizeof(dscp.Leaf) == ctypes.sizeof(FlowDscpC)
+
+
+@pytest.mark.parametrize("ecn", [0, 1, 2, 3])
+def test_ipv4_dscp_rewritten_ecn_kept_checksum_valid(dp: object, ecn: int) -> None:
+    dp.set_dscp({key4(1000, 80): 46})  # type: ignore[attr-defined]
+    pkt = ipv4(tcp(1000, 80, b"payload"), tos=(8 << 2) | ecn)
+    out = run(dp, pkt)
+    assert out[15] == (46 << 2) | ecn
+    assert ipv4_checksum_ok(out[14:34])
+    # only TOS and checksum changed
+    changed = [i for i in range(len(pkt)) if pkt[i] != out[i]]
+    assert set(changed) <= {15, 24, 25} and 15 in changed
+
+
+def test_ipv4_set_dscp_zero_clears_dscp(dp: object) -> None:
+    dp.set_dscp({key4(1001, 80): 0})  # type: ignore[attr-defined]
+    out = run(dp, ipv4(tcp(1001, 80), tos=0xB9))
+    assert out[15] == 0x01 and ipv4_checksum_ok(out[14:34])
+
+
+def test_ipv4_udp_is_marked(dp: object) -> None:
+    dp.set_dscp({key4(53, 5353, 17): 10})  # type: ignore[attr-defined]
+    out = run(dp, ipv4(udp(53, 5353, b"x" * 20), proto=17))
+    assert out[15] == 10 << 2 and ipv4_checksum_ok(out[14:34])
+
+
+def test_other_protocol_or_direction_of_the_flow_is_not_marked(dp: object) -> None:
+    dp.set_dscp({key4(1002, 80): 46})  # type: ignore[attr-defined]
+    for pkt in (ipv4(udp(1002, 80), proto=17), ipv4(tcp(80, 1002)), ipv4(tcp(1002, 81))):
+        assert run(dp, pkt) == pkt
+
+
+def test_matching_dscp_leaves_packet_identical(dp: object) -> None:
+    dp.set_dscp({key4(1003, 80): 46})  # type: ignore[attr-defined]
+    pkt = ipv4(tcp(1003, 80), tos=0xBA)
+    assert run(dp, pkt) == pkt
+
+
+@pytest.mark.parametrize("ecn", [0, 3])
+def test_ipv6_traffic_class_set_flow_label_kept(dp: object, ecn: int) -> None:
+    dp.set_dscp({key6(2000, 443): 46})  # type: ignore[attr-defined]
+    label = 0xFABCD  # high nibble shares a byte with the traffic class
+    pkt = ipv6(tcp(2000, 443, b"data"), tclass=(3 << 2) | ecn, flow_label=label)
+    out = run(dp, pkt)
+    first = struct.unpack("!I", out[14:18])[0]
+    assert first >> 28 == 6
+    assert (first >> 20) & 0xFF == (46 << 2) | ecn
+    assert first & 0xFFFFF == label
+    assert out[18:] == pkt[18:]
+
+
+def test_unmapped_flow_identical_but_counted(dp: object) -> None:
+    dp.set_dscp({key4(1, 2): 46})  # type: ignore[attr-defined]
+    pkt = ipv4(tcp(1004, 80, b"y" * 100), tos=0x11)
+    assert run(dp, pkt, repeat=3) == pkt
+    stats = dp.read_stats()  # type: ignore[attr-defined]
+    st = stats[key4(1004, 80)]
+    assert (st.bytes, st.packets) == (3 * (20 + 20 + 100), 3)
+    assert st.last_seen_ns > 0
+    assert set(stats) == {key4(1004, 80)}
+
+
+def test_counters_per_flow_v4_and_v6(dp: object) -> None:
+    run(dp, ipv4(tcp(1005, 80, b"a" * 10)))
+    run(dp, ipv4(tcp(1005, 80, b"a" * 30)))
+    run(dp, ipv6(udp(1006, 80, b"b" * 7), nexthdr=17))
+    stats = dp.read_stats()  # type: ignore[attr-defined]
+    assert stats[key4(1005, 80)].bytes == (40 + 10) + (40 + 30)
+    assert stats[key4(1005, 80)].packets == 2
+    assert stats[key6(1006, 80, 17)].bytes == 40 + 8 + 7
+    assert stats[key6(1006, 80, 17)].packets == 1
+
+
+def _malformed() -> dict[str, bytes]:
+    full = ipv4(tcp(1007, 80, b"z" * 8))
+    arp = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x06" + bytes(28)
+    vlan = ETH_IP[:12] + b"\x81\x00\x00\x05\x08\x00" + full[14:]
+    return {
+        "non-ip (arp)": arp,
+        "vlan-tagged": vlan,
+        # (BPF_PROG_TEST_RUN itself refuses an IPv4/IPv6 ethertype whose IP header is cut)
+        "no l4 header": full[:14 + 20],
+        "truncated tcp header": full[:14 + 20 + 10],
+        "truncated udp header": ipv4(udp(1007, 80), proto=17)[:14 + 20 + 6],
+        "ipv4 options": ipv4(tcp(1007, 80), options=b"\x01\x01\x01\x00"),
+        "first fragment (MF)": ipv4(tcp(1007, 80), frag=0x2000),
+        "later fragment": ipv4(tcp(1007, 80), frag=0x0010),  # bytes that look like the flow
+        "ipv4 version field wrong": ETH_IP + bytes([0x65]) + full[15:],
+        "icmp": ipv4(b"\x08\x00" + bytes(6), proto=1),
+        "ipv6 hop-by-hop ext header": ipv6(bytes([6, 0]) + bytes(6) + tcp(1007, 80), nexthdr=0),
+        "truncated ipv6 tcp header": ipv6(tcp(1007, 80))[:14 + 40 + 19],
+    }
+
+
+@pytest.mark.parametrize("name", list(_malformed()))
+def test_malformed_or_foreign_packets_pass_identical_and_uncounted(dp: object, name: str) -> None:
+    mapped = {key4(1007, 80): 46, key6(1007, 80): 46}
+    dp.set_dscp(mapped)  # type: ignore[attr-defined]
+    pkt = _malformed()[name]
+    assert run(dp, pkt) == pkt
+    assert dp.read_stats() == {}  # type: ignore[attr-defined]
+
+
+def test_invalid_marks_written_directly_leave_packets_alone(dp: object) -> None:
+    for sport, mark in ((1100, 0x00), (1101, 0x40 | 46), (1102, 46), (1103, 0xFF)):
+        key = key4(sport, 80)
+        libbpf.map_update_batch(dp._dscp_fd, key.packed, bytes([mark]), 1)  # type: ignore[attr-defined]
+        pkt = ipv4(tcp(sport, 80), tos=0x05)
+        assert run(dp, pkt) == pkt, f"mark {mark:#x}"
+
+
+def test_clear_dscp_stops_marking(dp: object) -> None:
+    key = key4(1200, 80)
+    dp.set_dscp({key: 46})  # type: ignore[attr-defined]
+    assert run(dp, ipv4(tcp(1200, 80)))[15] == 46 << 2
+    dp.clear_dscp([key, key4(9, 9)])  # type: ignore[attr-defined]
+    pkt = ipv4(tcp(1200, 80))
+    assert run(dp, pkt) == pkt
+    assert dp.read_dscp() == {}  # type: ignore[attr-defined]
+
+
+def test_full_maps_keep_forwarding_and_refuse_extra_marks_atomically() -> None:
+    from leveller.agent.datapath import load_detached
+
+    small = load_detached(max_flows=2, max_marked_flows=2)
+    try:
+        small.set_dscp({key4(1, 80): 10, key4(2, 80): 12})
+        with pytest.raises(UserError, match="max_marked_flows=2"):
+            small.set_dscp({key4(1, 80): 20, key4(3, 80): 14})
+        assert small.read_dscp() == {key4(1, 80): 10, key4(2, 80): 12}, "nothing half-applied"
+        for sport in range(1, 9):  # 8 flows through a 2-entry LRU stats map
+            pkt = ipv4(tcp(sport, 80), tos=0)
+            out = run(small, pkt)
+            want = {1: 10, 2: 12}.get(sport)
+            assert out == pkt if want is None else out[15] == want << 2
+        assert 1 <= len(small.read_stats()) <= 2
+        with pytest.raises(UserError, match="dscp"):
+            small.set_dscp({key4(1, 80): 64})
+    finally:
+        small.detach()
