@@ -54,8 +54,10 @@ def _reply_method(method: str) -> str:
 
 
 class _Service:
-    def __init__(self, handler: ControllerHandler, secret: bytes, clock: Clock, max_bytes: int) -> None:
+    def __init__(self, handler: ControllerHandler, secret: bytes, clock: Clock, max_bytes: int,
+                 on_reject: Callable[[str], None] | None) -> None:
         self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
+        self.on_reject = on_reject or (lambda reason: None)
 
     def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
               work: Callable[[dict[str, Any], float], dict[str, Any]]) -> bytes:
@@ -63,10 +65,12 @@ class _Service:
         try:
             auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
         except auth.AuthError as exc:
+            self.on_reject("auth")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         try:
             out = encode(work(decode(body, self.max_bytes), now))
         except SchemaError as exc:
+            self.on_reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         context.set_trailing_metadata(auth.metadata(self.secret, _reply_method(method), now, out))
         return out
@@ -84,9 +88,12 @@ class _Service:
 
 
 def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock = time.time,
-          max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 4) -> tuple[grpc.Server, int]:
-    """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port)."""
-    svc = _Service(handler, secret, clock, max_message_bytes)
+          max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 4,
+          on_reject: Callable[[str], None] | None = None) -> tuple[grpc.Server, int]:
+    """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
+
+    ``on_reject(reason)`` is called for each refused request ("auth" or "invalid")."""
+    svc = _Service(handler, secret, clock, max_message_bytes, on_reject)
     methods = {
         "Report": grpc.unary_unary_rpc_method_handler(svc.report),
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),

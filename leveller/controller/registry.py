@@ -1,0 +1,120 @@
+"""What the controller knows: the latest report of every agent and the state of every job.
+
+A job is the union of what the agents say about it: the most iterations,
+the earliest start, an ideal time (reported by an agent, or measured here by
+leveller.core.profiling while the job holds the unique top priority). One job
+is profiled at a time, the earliest seen first; with a re-profiling interval,
+windows reopen at semi-stochastic times (core.profiling.next_reprofile_time).
+Reports are checked before anything is stored (a refused report changes nothing).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from leveller.controller.decide import JobInput
+from leveller.core.paths import FlowKey
+from leveller.core.profiling import IdealTimeProfiler, next_reprofile_time
+from leveller.rpc.codec import SchemaError
+from leveller.rpc.schema import Report
+
+MAX_FUTURE_S = 300.0  # a start time further in the future than this is refused (clock or data error)
+
+
+@dataclass
+class AgentState:
+    report: Report
+    received_at: float
+
+
+@dataclass
+class JobState:
+    name: str
+    first_seen: float
+    profiler: IdealTimeProfiler = field(default_factory=IdealTimeProfiler)
+    last_fed: int = 0  # highest iteration number given to the profiler
+    next_reprofile: float | None = None
+
+
+class Registry:
+    """Agents' reports and per-job profiling state (not thread-safe: the controller holds a lock)."""
+
+    def __init__(self, stale_after_s: float, reprofile_interval_s: float | None = None,
+                 profile_samples: int = 5, seed: int = 0) -> None:
+        self.stale_after_s = stale_after_s
+        self.reprofile_interval_s = reprofile_interval_s
+        self.profile_samples = profile_samples
+        self.agents: dict[str, AgentState] = {}
+        self.jobs: dict[str, JobState] = {}
+        self._rng = random.Random(seed)
+
+    def accept(self, report: Report, now: float) -> None:
+        """Store a report after semantic checks (SchemaError names the field; nothing stored then)."""
+        for i, j in enumerate(report.jobs):
+            if j.start_time > now + MAX_FUTURE_S:
+                raise SchemaError(f"jobs[{i}].start_time", f"{j.start_time} is more than {MAX_FUTURE_S:.0f} s "
+                                  f"in the future (controller time {now:.3f})")
+        self.agents[report.host] = AgentState(report, now)
+        for j in report.jobs:
+            state = self.jobs.setdefault(j.job,
+                                         JobState(j.job, now, IdealTimeProfiler(self.profile_samples)))
+            for n, t in sorted(j.recent):
+                if n > state.last_fed:
+                    if state.profiler.profiling:
+                        try:
+                            state.profiler.iteration_end(t)
+                        except ValueError:
+                            pass  # an end before the window opened: not a sample
+                    state.last_fed = n
+            if state.profiler.ideal is not None and state.next_reprofile is None and self.reprofile_interval_s:
+                state.next_reprofile = next_reprofile_time(now, self.reprofile_interval_s, self._rng.random())
+
+    def live(self, now: float) -> list[AgentState]:
+        """Agents whose last report is younger than ``stale_after_s``."""
+        return [a for _, a in sorted(self.agents.items()) if now - a.received_at <= self.stale_after_s]
+
+    def _reported_ideal(self, name: str, now: float) -> float | None:
+        for a in self.live(now):
+            for j in a.report.jobs:
+                if j.job == name and j.ideal_time is not None:
+                    return j.ideal_time
+        return None
+
+    def update_profiling(self, now: float) -> None:
+        """Open at most one profiling window: the earliest-seen job without an ideal time, or a re-profile."""
+        live_jobs = {j.job for a in self.live(now) for j in a.report.jobs}
+        if any(self.jobs[n].profiler.profiling for n in live_jobs):
+            return
+        waiting = sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
+                         and s.profiler.ideal is None and self._reported_ideal(n, now) is None)
+        if waiting:
+            self.jobs[waiting[0][1]].profiler.start_window(now)
+            return
+        due = sorted((s.next_reprofile, n) for n, s in self.jobs.items()
+                     if n in live_jobs and s.next_reprofile is not None and s.next_reprofile <= now)
+        if due:
+            state = self.jobs[due[0][1]]
+            state.profiler.start_window(now)
+            state.next_reprofile = None
+
+    def job_inputs(self, now: float) -> list[JobInput]:
+        """One JobInput per job some live agent reports, in first-seen order (the policy's tie-break)."""
+        merged: dict[str, tuple[int, float]] = {}
+        for a in self.live(now):
+            for j in a.report.jobs:
+                it, st = merged.get(j.job, (0, j.start_time))
+                merged[j.job] = (max(it, j.iterations), min(st, j.start_time))
+        out = []
+        for name in sorted(merged, key=lambda n: (self.jobs[n].first_seen, n)):
+            state = self.jobs[name]
+            ideal = self._reported_ideal(name, now)
+            if ideal is None:
+                ideal = None if state.profiler.ideal is None else float(state.profiler.ideal)
+            it, st = merged[name]
+            out.append(JobInput(name, it, st, ideal, profiling=state.profiler.profiling))
+        return out
+
+    def flows(self, now: float) -> dict[FlowKey, tuple[str, str, int]]:
+        """flow -> (job, host, bytes) over live agents."""
+        return {f.key: (f.job, a.report.host, f.bytes) for a in self.live(now) for f in a.report.flows}
