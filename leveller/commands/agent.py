@@ -1,0 +1,134 @@
+"""Run the host agent: count job iterations from logs, report flows, apply DSCP levels per flow.
+
+Every --interval the agent reads the job logs (--log), the per-flow byte
+counters of the eBPF datapath (--dev), sends a report to the controller and
+writes the returned levels as DSCP rewrites into the datapath. If no valid
+answer arrives for longer than the controller's lease, every rewrite is
+removed (no priorities rather than stale ones). Flows belong to jobs by
+cgroup (--job-cgroup) or port range (--job-ports; the job emulator's workers
+listen on --port + rank).
+
+examples:
+  leveller agent --controller 10.0.0.254:50051 --host h1 --log /tmp/j1.log \\
+      --job-ports j1=47000-47001 --dev h1-eth0 --netns h1
+  leveller agent --controller 127.0.0.1:50051 --log gpt=/var/log/train.log \\
+      --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import socket
+import threading
+from typing import Any, Iterator, Mapping
+
+from leveller.errors import UserError
+from leveller.jobs.logline import DEFAULT_PATTERN
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="controller gRPC address")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--host", default=socket.gethostname(), help="this host's name in reports")
+    parser.add_argument("--log", action="append", default=[], metavar="[JOB=]PATH",
+                        help="job log to follow (file or FIFO); JOB names it when the pattern has no job group")
+    parser.add_argument("--pattern", default=DEFAULT_PATTERN,
+                        help="regex of an iteration line; named groups job, iter, t (default: leveller-iter lines)")
+    parser.add_argument("--job-ports", action="append", default=[], metavar="JOB=LOW-HIGH")
+    parser.add_argument("--job-cgroup", action="append", default=[], metavar="JOB=CGROUP_DIR")
+    parser.add_argument("--ideal-time", action="append", default=[], metavar="JOB=SECONDS",
+                        help="known ideal iteration time (else the controller profiles the job)")
+    parser.add_argument("--dev", help="egress interface for the eBPF datapath (needs root); without it no "
+                        "flows are reported and nothing is marked")
+    parser.add_argument("--netns", help="network namespace of --dev")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between reports (default 1)")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--json", action="store_true", help="one JSON object per report on stdout")
+    parser.set_defaults(func=run)
+
+
+def _ideal_times(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        job, _, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise UserError(f"--ideal-time {item!r}: expected JOB=SECONDS with SECONDS > 0")
+        out[job] = seconds
+    return out
+
+
+class NoMarking:
+    """Enforcer when no datapath is attached: levels are received but not written anywhere."""
+
+    def apply(self, marks: Mapping[Any, int]) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
+    from leveller.agent.service import NoFlows
+    if not dev:
+        yield NoFlows(), NoMarking()
+        return
+    from leveller.agent.datapath import Datapath
+    from leveller.agent.enforce_bpf import BpfEnforcer, BpfFlowSource
+    with Datapath(dev, netns=netns) as dp:
+        yield BpfFlowSource(dp), BpfEnforcer(dp)
+
+
+def run(args: argparse.Namespace) -> int:
+    from leveller.agent.rate_tracker import LogTailer, RateTracker
+    from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
+    from leveller.agent.service import Agent, StepResult
+    from leveller.rpc.auth import load_secret
+    from leveller.rpc.schema import flow_label
+    from leveller.rpc.transport import ControllerClient
+
+    if not args.log:
+        raise UserError("--log: give at least one job log to follow")
+    if not args.interval > 0:
+        raise UserError(f"--interval {args.interval}: must be > 0 seconds")
+    logs = []
+    for item in args.log:
+        job, sep, path = item.partition("=")
+        job, path = (job, path) if sep and "/" not in job else (None, item)
+        logs.append((LogTailer(path), RateTracker(args.pattern, default_job=job)))
+    classifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
+                            tuple(parse_port_rule(p) for p in args.job_ports))
+    secret = load_secret(args.secret_file)
+    stop = threading.Event()
+
+    def on_step(r: StepResult) -> None:
+        if args.json:
+            print(json.dumps({"ok": r.ok, "error": r.error, "cleared": r.cleared,
+                              "jobs": {j.job: j.iterations for j in r.report.jobs},
+                              "marks": {flow_label(k): v for k, v in (r.marks or {}).items()}}), flush=True)
+        elif not r.ok:
+            print(f"report failed: {r.error}" + ("; lease expired, all DSCP rewrites cleared" if r.cleared else ""),
+                  flush=True)
+
+    with ControllerClient(args.controller, secret) as client, _datapath(args.dev, args.netns) as (flows, enf):
+        agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
+                      ideal_times=_ideal_times(args.ideal_time))
+        timer = threading.Timer(args.duration, stop.set) if args.duration else None
+        if timer:
+            timer.start()
+        try:
+            agent.run(args.interval, stop, on_step)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop.set()
+            if timer:
+                timer.cancel()
+    return 0

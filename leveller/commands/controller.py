@@ -1,0 +1,106 @@
+"""Run the central controller: every tau, rank jobs by R and push K priority levels to the agents.
+
+Agents (`leveller agent`) report each job's iterations and flows over gRPC,
+authenticated with a shared secret (--secret-file or LEVELLER_SECRET, same on
+every host). Flow paths come from --paths:
+  single[:LINK]              every flow shares one bottleneck (default)
+  topology:PRESET_OR_FILE    deterministic ECMP over a topology (as the SDN app picks)
+  sdn:URL | sdn:RUN_DIR      ask the running SDN app (source of truth; its DSCP map is used too)
+
+examples:
+  leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
+  leveller controller --listen 10.0.0.254:50051 --paths sdn:http://127.0.0.1:8080 --metrics-port 9109
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+from leveller.errors import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default 127.0.0.1:50051)")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair"))
+    parser.add_argument("--levels", type=int, default=2, metavar="K", help="switch priority levels (default 2)")
+    parser.add_argument("--tau", type=float, default=1.0, help="seconds between decisions (default 1)")
+    parser.add_argument("--lease", type=float, help="seconds agents keep levels without news (default 3 x tau)")
+    parser.add_argument("--paths", default="single", help="path source (see above; default single)")
+    parser.add_argument("--reprofile", type=float, metavar="S",
+                        help="re-measure ideal times about every S seconds (jittered); default never")
+    parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per decision on stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prometheus_client import start_http_server
+
+    from leveller.controller.paths import SdnPaths, path_provider
+    from leveller.controller.service import Controller
+    from leveller.core.policies import make_policy
+    from leveller.core.qos import default_level_map, level_map_from_dict
+    from leveller.rpc.auth import load_secret
+    from leveller.rpc.schema import flow_label
+    from leveller.rpc.transport import serve
+
+    if not (args.tau > 0):
+        raise UserError(f"--tau {args.tau}: must be > 0 seconds")
+    if args.lease is not None and not args.lease > args.tau:
+        raise UserError(f"--lease {args.lease}: must be longer than --tau ({args.tau})")
+    secret = load_secret(args.secret_file)
+    paths = path_provider(args.paths)
+    level_map = default_level_map(args.levels)
+    if isinstance(paths, SdnPaths):
+        level_map = level_map_from_dict(paths.client.levels())
+        if level_map.levels != args.levels:
+            raise UserError(f"--levels {args.levels}: the SDN app is configured for {level_map.levels} levels")
+    ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
+                     reprofile_interval_s=args.reprofile)
+    try:
+        server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
+    except (OSError, RuntimeError) as exc:
+        raise UserError(f"--listen {args.listen}: cannot listen ({exc})") from None
+    metrics_server = None
+    if args.metrics_port:
+        metrics_server, _ = start_http_server(args.metrics_port, addr=args.metrics_addr,
+                                              registry=ctl.metrics.registry)
+    stop = threading.Event()
+
+    def on_step(decision: object, error: str | None) -> None:
+        d = ctl.decision
+        if args.json:
+            print(json.dumps({"epoch": ctl.epoch, "error": error, "order": d.order if d else None,
+                              "rates": d.rates if d else {},
+                              "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}), flush=True)
+        elif error:
+            print(f"step failed (levels kept): {error}", flush=True)
+        elif d and d.levels:
+            rates = ", ".join(f"{j}={r:.3f}" if r is not None else f"{j}=profiling" for j, r in d.rates.items())
+            print(f"epoch {ctl.epoch}: order {d.order} R {rates}; {len(d.levels)} flows", flush=True)
+
+    if not args.json:
+        print(f"controller listening on port {port} (policy {args.policy}, K={level_map.levels}, "
+              f"tau={args.tau}s, lease={ctl.lease_s}s)" + (f", metrics on :{args.metrics_port}"
+                                                          if args.metrics_port else ""), flush=True)
+    timer = threading.Timer(args.duration, stop.set) if args.duration else None
+    if timer:
+        timer.start()
+    try:
+        ctl.run(stop, time.time, on_step)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if timer:
+            timer.cancel()
+        server.stop(grace=1).wait()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+    return 0

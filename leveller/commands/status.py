@@ -1,0 +1,63 @@
+"""Show jobs (iterations, ideal time, R), agents and flows (level, path) of a running controller.
+
+examples:
+  leveller status --controller 127.0.0.1:50051
+  leveller status --controller 127.0.0.1:50051 --json | jq '.jobs'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from leveller.errors import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--controller", default="127.0.0.1:50051", metavar="HOST:PORT")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--json", action="store_true", help="print the controller's status object")
+    parser.set_defaults(func=run)
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from leveller.rpc.auth import load_secret
+    from leveller.rpc.transport import ControllerClient, RpcFailure
+
+    secret = load_secret(args.secret_file)
+    try:
+        with ControllerClient(args.controller, secret) as client:
+            status = client.status()
+    except RpcFailure as exc:
+        raise UserError(f"--controller {args.controller}: {exc}") from None
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    console = Console()
+    console.print(f"policy {status['policy']}, K={status['levels']}, tau={status['tau_s']} s, "
+                  f"epoch {status['epoch']}" + (f"  [red]last error: {status['last_error']}[/]"
+                                                if status.get("last_error") else ""))
+    jobs = Table("job", "iterations", "ideal s", "R", "state", title="jobs (highest priority first)"
+                 if status.get("order") else "jobs")
+    order = status.get("order") or []
+    for j in sorted(status["jobs"], key=lambda j: order.index(j["job"]) if j["job"] in order else len(order)):
+        state = "profiling" if j["profiling"] else ("waiting for profile" if j["ideal_time"] is None else "")
+        jobs.add_row(j["job"], str(j["iterations"]), _fmt(j["ideal_time"]), _fmt(j["rate"]), state)
+    console.print(jobs)
+    agents = Table("host", "last report s ago", "jobs", "flows", title="agents")
+    for a in status["agents"]:
+        agents.add_row(a["host"], _fmt(a["age_s"], ".1f"), str(a["jobs"]), str(a["flows"]))
+    console.print(agents)
+    flows = Table("flow", "job", "host", "level", "bytes", "links", title="flows")
+    for f in status["flows"]:
+        flows.add_row(f["flow"], f["job"], f["host"], _fmt(f["level"], "d"), str(f["bytes"]), " ".join(f["links"]))
+    console.print(flows)
+    return 0
