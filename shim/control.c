@@ -1,0 +1,378 @@
+/*
+ * Local control channel: a unix stream socket served by one thread, started
+ * when the process creates its first RC QP. Line-delimited JSON:
+ *
+ *   {"op": "list"}
+ *     -> {"ok": true, "pid": P, "job": "J", "job_tc": T|null, "qps": [{"qp": N, "state": "RTS",
+ *         "tc": T|null, "local": {"qpn", "port", "gid"}, "remote": {"qpn", "lid", "gid"},
+ *         "resurrections": n, "failures": n, "last_pause_us": x, "last_error": s|null}]}
+ *   {"op": "set_tc", "qp": N, "tc": T}       one QP
+ *   {"op": "set_tc", "job": "J", "tc": T}    every QP of job J (and future ones)
+ *     -> {"ok": bool, "job_match": bool, "results": [{"qp": N, "ok": bool, "old_tc": a, "tc": b,
+ *         "changed": bool, "deferred": bool, "pause_us": x, "drain_us": y, "error": s}]}
+ *   anything else -> {"ok": false, "error": "..."}
+ *
+ * Socket path: $LEVELLER_SHIM_SOCK, else leveller-shim-<pid>.sock in
+ * /run/leveller (if writable), $XDG_RUNTIME_DIR, or /tmp. The job name comes
+ * from $LEVELLER_JOB.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static pthread_mutex_t g_start = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_started_pid;
+static char g_path[108];
+
+struct out {
+	char *s;
+	size_t len, cap;
+};
+
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		va_start(ap, fmt);
+		int n = vsnprintf(o->s + o->len, o->cap - o->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < o->cap - o->len) {
+			o->len += n;
+			return;
+		}
+		o->cap = o->cap * 2 + (n > 0 ? (size_t)n : 0) + 256;
+		o->s = realloc(o->s, o->cap);
+	}
+}
+
+static void put_str(struct out *o, const char *s)
+{
+	put(o, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			put(o, "\\%c", c);
+		else if (c < 0x20)
+			put(o, "\\u%04x", c);
+		else
+			put(o, "%c", c);
+	}
+	put(o, "\"");
+}
+
+static void put_gid(struct out *o, const union ibv_gid *g)
+{
+	char buf[INET6_ADDRSTRLEN];
+	inet_ntop(AF_INET6, g->raw, buf, sizeof(buf));
+	put_str(o, buf);
+}
+
+static const char *state_name(int s)
+{
+	static const char *names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+	return (s >= 0 && s <= IBV_QPS_ERR) ? names[s] : "UNKNOWN";
+}
+
+static void put_tc(struct out *o, int tc)
+{
+	if (tc < 0)
+		put(o, "null");
+	else
+		put(o, "%d", tc);
+}
+
+/* ---- a deliberately small JSON reader: flat objects, string/int values -- */
+
+static const char *find_key(const char *line, const char *key)
+{
+	char pat[40];
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	const char *p = strstr(line, pat);
+	if (!p)
+		return NULL;
+	p += strlen(pat);
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p != ':')
+		return NULL;
+	p++;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return p;
+}
+
+/* 1 found, 0 absent, -1 present but not a string */
+static int get_str(const char *line, const char *key, char *out, size_t n)
+{
+	const char *p = find_key(line, key);
+	if (!p)
+		return 0;
+	if (*p != '"')
+		return -1;
+	p++;
+	size_t i = 0;
+	while (*p && *p != '"' && i + 1 < n) {
+		if (*p == '\\' && p[1])
+			p++;
+		out[i++] = *p++;
+	}
+	out[i] = 0;
+	return *p == '"' ? 1 : -1;
+}
+
+static int get_int(const char *line, const char *key, long *v)
+{
+	const char *p = find_key(line, key);
+	if (!p)
+		return 0;
+	char *end;
+	errno = 0;
+	*v = strtol(p, &end, 10);
+	if (end == p || errno || (*end && *end != ',' && *end != '}' && *end != ' '))
+		return -1;
+	return 1;
+}
+
+static void put_qp(struct out *o, struct shim_qp *q)
+{
+	pthread_mutex_lock(&q->m);
+	put(o, "{\"qp\": %u, \"state\": \"%s\", \"tc\": ", q->qpn, state_name(q->state));
+	put_tc(o, q->connected ? shim_qp_tc(q) : -1);
+	put(o, ", \"desired_tc\": ");
+	put_tc(o, q->desired_tc);
+	put(o, ", \"connected\": %s", q->connected ? "true" : "false");
+	if (q->connected) {
+		put(o, ", \"local\": {\"qpn\": %u, \"port\": %u, \"gid\": ", q->local.qpn, q->local.port);
+		put_gid(o, &q->local.gid);
+		put(o, "}, \"remote\": {\"qpn\": %u, \"lid\": %u, \"gid\": ", q->remote.qpn, q->remote.lid);
+		put_gid(o, &q->remote.gid);
+		put(o, "}");
+	} else {
+		put(o, ", \"local\": {\"qpn\": %u}, \"remote\": null", q->qpn);
+	}
+	put(o, ", \"resurrections\": %lu, \"failures\": %lu, \"last_pause_us\": %.1f, \"last_error\": ",
+	    (unsigned long)q->resurrections, (unsigned long)q->failures, q->last_pause_us);
+	if (q->last_error[0])
+		put_str(o, q->last_error);
+	else
+		put(o, "null");
+	put(o, "}");
+	pthread_mutex_unlock(&q->m);
+}
+
+static void do_list(struct out *o)
+{
+	int n;
+	struct shim_qp **qs = shim_qps_snapshot(&n);
+	put(o, "{\"ok\": true, \"pid\": %d, \"job\": ", (int)getpid());
+	put_str(o, shim_job());
+	put(o, ", \"job_tc\": ");
+	put_tc(o, shim_job_tc());
+	put(o, ", \"qps\": [");
+	for (int i = 0; i < n; i++) {
+		if (i)
+			put(o, ", ");
+		put_qp(o, qs[i]);
+	}
+	put(o, "]}");
+	free(qs);
+}
+
+static int set_one(struct out *o, struct shim_qp *q, int tc)
+{
+	int old, deferred;
+	double pause, drain;
+	int rc = shim_set_tc(q, tc, &old, &deferred, &pause, &drain);
+	put(o, "{\"qp\": %u, \"ok\": %s, \"old_tc\": ", q->qpn, rc ? "false" : "true");
+	put_tc(o, old);
+	put(o, ", \"tc\": ");
+	pthread_mutex_lock(&q->m);
+	put_tc(o, rc || deferred ? (deferred ? tc : shim_qp_tc(q)) : tc);
+	pthread_mutex_unlock(&q->m);
+	put(o, ", \"changed\": %s, \"deferred\": %s, \"pause_us\": %.1f, \"drain_us\": %.1f",
+	    (!rc && !deferred && old != tc) ? "true" : "false", deferred ? "true" : "false", pause, drain);
+	if (rc) {
+		put(o, ", \"error\": ");
+		put_str(o, q->last_error);
+	}
+	put(o, "}");
+	return rc;
+}
+
+static void do_set_tc(struct out *o, const char *line)
+{
+	long tc, qpn = -1;
+	char job[256];
+	int has_tc = get_int(line, "tc", &tc);
+	int has_qp = get_int(line, "qp", &qpn);
+	int has_job = get_str(line, "job", job, sizeof(job));
+	if (has_tc != 1 || tc < 0 || tc > 255) {
+		put(o, "{\"ok\": false, \"error\": \"field 'tc' must be an integer traffic class 0..255\"}");
+		return;
+	}
+	if (has_qp < 0 || has_job < 0 || (has_qp == 1) == (has_job == 1)) {
+		put(o, "{\"ok\": false, \"error\": \"give exactly one of 'qp' (integer QP number) or 'job' (string)\"}");
+		return;
+	}
+	if (has_qp == 1) {
+		struct shim_qp *q = qpn >= 0 && qpn <= 0xffffff ? shim_qp_by_num((uint32_t)qpn) : NULL;
+		if (!q) {
+			put(o, "{\"ok\": false, \"error\": \"no QP %ld in process %d\"}", qpn, (int)getpid());
+			return;
+		}
+		struct out r = {0};
+		int rc = set_one(&r, q, (int)tc);
+		put(o, "{\"ok\": %s, \"job_match\": true, \"results\": [%.*s]}", rc ? "false" : "true", (int)r.len,
+		    r.s ? r.s : "");
+		free(r.s);
+		return;
+	}
+	if (strcmp(job, shim_job()) != 0) {
+		put(o, "{\"ok\": true, \"job_match\": false, \"results\": []}");
+		return;
+	}
+	shim_set_job_tc((int)tc);
+	int n, bad = 0;
+	struct shim_qp **qs = shim_qps_snapshot(&n);
+	struct out r = {0};
+	for (int i = 0; i < n; i++) {
+		if (i)
+			put(&r, ", ");
+		bad |= set_one(&r, qs[i], (int)tc);
+	}
+	free(qs);
+	put(o, "{\"ok\": %s, \"job_match\": true, \"results\": [%.*s]}", bad ? "false" : "true", (int)r.len,
+	    r.s ? r.s : "");
+	free(r.s);
+}
+
+static void handle(int fd, const char *line)
+{
+	struct out o = {0};
+	char op[32];
+	int has = get_str(line, "op", op, sizeof(op));
+	if (has != 1)
+		put(&o, "{\"ok\": false, \"error\": \"field 'op' (string) is required: list or set_tc\"}");
+	else if (strcmp(op, "list") == 0)
+		do_list(&o);
+	else if (strcmp(op, "set_tc") == 0)
+		do_set_tc(&o, line);
+	else {
+		put(&o, "{\"ok\": false, \"error\": \"unknown op ");
+		put_str(&o, op);
+		o.len -= 0;
+		put(&o, "; allowed: list, set_tc\"}");
+	}
+	put(&o, "\n");
+	size_t off = 0;
+	while (off < o.len) {
+		ssize_t w = write(fd, o.s + off, o.len - off);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	free(o.s);
+}
+
+static void *serve(void *arg)
+{
+	int ls = (int)(intptr_t)arg;
+	for (;;) {
+		int fd = accept(ls, NULL, NULL);
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		char buf[4096];
+		size_t len = 0;
+		for (;;) {
+			ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
+			if (r <= 0)
+				break;
+			len += (size_t)r;
+			buf[len] = 0;
+			char *nl;
+			while ((nl = memchr(buf, '\n', len))) {
+				*nl = 0;
+				handle(fd, buf);
+				size_t used = (size_t)(nl - buf) + 1;
+				memmove(buf, nl + 1, len - used);
+				len -= used;
+				buf[len] = 0;
+			}
+			if (len == sizeof(buf) - 1) { /* line too long */
+				handle(fd, "{}");
+				len = 0;
+			}
+		}
+		close(fd);
+	}
+}
+
+static void socket_path(char *out, size_t n)
+{
+	const char *env = getenv("LEVELLER_SHIM_SOCK");
+	if (env && *env) {
+		snprintf(out, n, "%s", env);
+		return;
+	}
+	const char *dir = "/tmp";
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (access("/run/leveller", W_OK) == 0)
+		dir = "/run/leveller";
+	else if (xdg && *xdg && access(xdg, W_OK) == 0)
+		dir = xdg;
+	snprintf(out, n, "%s/leveller-shim-%d.sock", dir, (int)getpid());
+}
+
+static void cleanup(void)
+{
+	if (g_started_pid == getpid() && g_path[0])
+		unlink(g_path);
+}
+
+void shim_control_start(void)
+{
+	pthread_mutex_lock(&g_start);
+	if (g_started_pid == getpid()) {
+		pthread_mutex_unlock(&g_start);
+		return;
+	}
+	g_started_pid = getpid(); /* also after fork: the child starts its own */
+	socket_path(g_path, sizeof(g_path));
+	int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_path);
+	unlink(g_path);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 8)) {
+		fprintf(stderr, "leveller-shim: control socket %s: %s (traffic class control disabled)\n", g_path,
+			strerror(errno));
+		if (ls >= 0)
+			close(ls);
+		g_path[0] = 0;
+		pthread_mutex_unlock(&g_start);
+		return;
+	}
+	static int registered;
+	if (!registered++)
+		atexit(cleanup);
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_create(&th, &at, serve, (void *)(intptr_t)ls);
+	pthread_attr_destroy(&at);
+	pthread_mutex_unlock(&g_start);
+}
