@@ -2,6 +2,7 @@
 
   leveller bench datapath   eBPF DSCP marking vs iptables on a veth pair
   leveller bench shim       RDMA QP resurrection pause (fake verbs provider)
+  leveller bench levels     controller decision -> DSCP seen on a packet, distribution
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib
 BENCHES: dict[str, tuple[str, str]] = {
     "datapath": ("leveller.commands.bench_datapath", "eBPF marking vs iptables: throughput and update time"),
     "shim": ("leveller.commands.bench_shim", "RDMA shim: queue-pair resurrection pause"),
+    "levels": ("leveller.commands.bench_levels", "latency from a controller level change to DSCP on the wire"),
 }
 
 
