@@ -9,6 +9,7 @@
  * dlopen("libibverbs.so" / "libibverbs.so.1") + dlvsym(h, name, "IBVERBS_1.1").
  *
  *   verbs_stream [--window W] [--size B] [--signal-every K] [--tc T] [--max-seconds S]
+ *                [--pause-before-rtr-ms M]   (prints "INIT" then waits before connecting)
  *   verbs_stream rules     check the verbs provider refuses forbidden transitions
  */
 #define _GNU_SOURCE
@@ -238,7 +239,7 @@ static void *stdin_watch(void *arg)
 
 int main(int argc, char **argv)
 {
-	int window = 16, size = 64, sig_every = 4, tc = 0;
+	int window = 16, size = 64, sig_every = 4, tc = 0, pause_ms = 0;
 	double max_seconds = 60;
 	load_verbs();
 	if (argc > 1 && strcmp(argv[1], "rules") == 0)
@@ -252,6 +253,8 @@ int main(int argc, char **argv)
 			sig_every = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--tc"))
 			tc = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--pause-before-rtr-ms"))
+			pause_ms = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--max-seconds"))
 			max_seconds = atof(argv[i + 1]);
 	}
@@ -276,6 +279,12 @@ int main(int argc, char **argv)
 		struct ibv_recv_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1}, *bad;
 		if (ibv_post_recv(s.b, &wr, &bad))
 			die("ibv_post_recv", EINVAL);
+	}
+	if (pause_ms > 0) {
+		printf("INIT {\"qp_a\": %u, \"qp_b\": %u}\n", s.a->qp_num, s.b->qp_num);
+		fflush(stdout);
+		struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
 	}
 	if (to_rtr(&s, s.a, s.b->qp_num, psn_ba, tc) || to_rtr(&s, s.b, s.a->qp_num, psn_ab, tc))
 		die("modify to RTR", EINVAL);
