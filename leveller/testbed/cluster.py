@@ -32,6 +32,8 @@ from leveller.testbed.ovs import OvsInstance, bridge_commands, kernel_datapath_a
 from leveller.testbed.state import DEFAULT_BASE, State, check_name, default_run_dir, load_state
 
 OF_PORT = 6653
+SWITCH_QUEUE_PACKETS = 100
+HOST_TCP_CC = "reno"  # loss-based; a netns may only pick from tcp_allowed_congestion_control
 Progress = Callable[[str], None]
 
 
@@ -234,7 +236,10 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress) -> Non
         with NetNS(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
     for ns in state.host_netns.values():
-        _ns_exec(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        # no IPv6 chatter to the controller; loss-based TCP (the machine default may be BBR,
+        # which shares a FIFO queue unfairly over seconds)
+        _ns_exec(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                 f"net.ipv4.tcp_congestion_control={HOST_TCP_CC}")
 
     progress("creating links")
     switch_ifaces: list[str] = []
@@ -253,7 +258,9 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress) -> Non
                 sw.link("add", ifname=a_if, kind="veth", peer={"ifname": b_if})
                 switch_ifaces += [a_if, b_if]
         for ifname in switch_ifaces:
-            sw.link("set", index=sw.link_lookup(ifname=ifname)[0], state="up")
+            # a shallow switch buffer (HTB leaf FIFOs take this length): TCP flows sharing a
+            # queue converge to fair shares in seconds instead of sitting in 1000 packets
+            sw.link("set", index=sw.link_lookup(ifname=ifname)[0], txqlen=SWITCH_QUEUE_PACKETS, state="up")
     for ifname in switch_ifaces:
         _ns_exec(sw_ns, "ethtool", "-K", ifname, "tx", "off")
 
