@@ -267,10 +267,11 @@ static void handle(int fd, const char *line)
 	else if (strcmp(op, "set_tc") == 0)
 		do_set_tc(&o, line);
 	else {
-		put(&o, "{\"ok\": false, \"error\": \"unknown op ");
-		put_str(&o, op);
-		o.len -= 0;
-		put(&o, "; allowed: list, set_tc\"}");
+		char msg[96];
+		snprintf(msg, sizeof(msg), "unknown op '%s'; allowed: list, set_tc", op);
+		put(&o, "{\"ok\": false, \"error\": ");
+		put_str(&o, msg);
+		put(&o, "}");
 	}
 	put(&o, "\n");
 	size_t off = 0;
