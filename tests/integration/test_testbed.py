@@ -63,14 +63,14 @@ def test_up_builds_queues_and_down_removes_everything(names):
     name, run_dir = names
     before = snapshot_system_dirs()
     out = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,
-                          "--run-dir", str(run_dir), "--json"], capture_output=True, text=True, check=True).stdout
+                          "--run-dir", str(run_dir), "--sdn", "--json"], capture_output=True, text=True, check=True).stdout
     status = json.loads(out)
     assert set(status["hosts"]) == {"h1", "h2", "h3", "h4"}
     assert status["hosts"]["h3"] == {**status["hosts"]["h3"], "ip": "10.0.0.3", "switch": "s2",
                                      "netns": f"lvtb-{name}-h3"}
     assert status["switches"] == ["s1", "s2"]
     assert {"a": "s1", "b": "s2", "rate_mbps": 50.0} in status["links"]
-    assert all(status["processes"][d] for d in ("ovsdb-server", "ovs-vswitchd"))
+    assert all(status["processes"][d] for d in ("ovsdb-server", "ovs-vswitchd", "sdn"))
     # 4 strict-priority HTB classes on the bottleneck port, highest queue served first, 50 Mbit/s ceiling
     tc = subprocess.run(["ip", "netns", "exec", f"lvtb-{name}-sw", "tc", "class", "show", "dev", "s1-p1"],
                         capture_output=True, text=True, check=True).stdout
