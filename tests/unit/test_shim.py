@@ -232,3 +232,26 @@ def test_unrelated_dlsym_lookups_pass_through(build: Path) -> None:
     env = dict(os.environ, LD_PRELOAD=str(SHIM_LIB))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_trailing_unsignaled_sends_are_drained_by_a_fence(build: Path, tmp_path: Path) -> None:
+    """With one signaled send in 1000, the last posted sends are unsignaled at
+    hold time: only the shim's signaled fence tells when they completed."""
+    os.environ["LEVELLER_SHIM_DRAIN_TIMEOUT_MS"] = "3000"
+    try:
+        run = StreamRun(build, tmp_path, extra_args=["--signal-every", "1000"])
+    finally:
+        del os.environ["LEVELLER_SHIM_DRAIN_TIMEOUT_MS"]
+    try:
+        a = run.ids["qp_a"]
+        client = shim_control.ShimClient(run.sock)
+        for tc in (32, 64, 96):
+            wait_for_wire(run.log, a, 0 if tc == 32 else tc - 32)
+            (res,) = client.set_traffic_class(tc, qp=a)
+            assert res.ok, res.error
+        wait_for_wire(run.log, a, 96)
+        summary = run.stop()
+    finally:
+        run.kill()
+    assert_intact(summary)  # the fence's completions never reached the application
+    assert_no_forbidden(parse_fake_log(run.log))
