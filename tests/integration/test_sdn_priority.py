@@ -102,7 +102,8 @@ def test_forwarding_and_queue_mapping_recover_after_restarts(dumbbell):
         os.kill(tb.ovs.pid("ovs-vswitchd"), signal.SIGKILL)
         time.sleep(1)
         # the operator's only step: bring the daemon back (same as `leveller testbed up` again)
-        subprocess.run([sys.executable, "-m", "leveller.cli", "testbed", "up", "--name", tb.name, "--run-dir", str(tb.run_dir)], check=True,
+        subprocess.run([sys.executable, "-m", "leveller.cli", "testbed", "up", "--name", tb.name,
+                        "--run-dir", str(tb.run_dir)], check=True,
                        capture_output=True)
 
     a, b = run_pair(tb, TOP, BOTTOM, seconds=16, window=(10.0, 16.0), during=kill_and_restart_vswitchd)
