@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import networkx as nx
 
 from leveller.core.topology import Topology
-from leveller.errors import UserError
+from leveller.core.errors import UserError
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
 

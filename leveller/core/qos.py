@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from leveller.errors import UserError
+from leveller.core.errors import UserError
 
 MAX_LEVELS = 8
 DEFAULT_DSCP = (0, 8, 16, 24, 32, 40, 10, 18)

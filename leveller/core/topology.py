@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from leveller.errors import UserError
+from leveller.core.errors import UserError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,9}$")
 NAME_RULE = "1-10 chars: a lowercase letter, then lowercase letters, digits or '_'"
