@@ -77,6 +77,12 @@ class Agent:
     lease: Lease = field(default_factory=Lease)
     marks: dict[FlowKey, int] = field(default_factory=dict)
     last_error: str | None = None
+    known_jobs: frozenset[str] = frozenset()  # jobs of the last report (pushed levels are checked against it)
+    # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _pushes: int = 0
+    _pushed_epoch: int = -1
+    _closed: bool = False
 
     def build(self, now: float) -> Report:
         for tailer, tracker in self.logs:
@@ -86,21 +92,39 @@ class Agent:
 
     def step(self) -> StepResult:
         report = self.build(self.clock())
+        self.known_jobs = frozenset(j.job for j in report.jobs)
+        pushes = self._pushes
         try:
-            reply = self.client.report(report, known_jobs={j.job for j in report.jobs})
+            reply = self.client.report(report, known_jobs=self.known_jobs)
         except RpcFailure as exc:
             self.last_error = str(exc)
-            cleared = self.lease.expire_if_due(self.clock())
-            if cleared:
-                self.enforcer.clear()
-                self.marks = {}
+            with self._lock:
+                cleared = self.lease.expire_if_due(self.clock())
+                if cleared:
+                    self.enforcer.clear()
+                    self.marks = {}
             return StepResult(report, False, str(exc), cleared=cleared)
-        marks = marks_from_reply(reply)
-        self.enforcer.apply(marks)
-        self.marks = marks
-        self.lease.renew(self.clock(), reply.lease_s)
+        with self._lock:
+            # a newer decision pushed while this report was in flight wins over this reply
+            if not (self._pushes != pushes and self._pushed_epoch > reply.epoch) and not self._closed:
+                self.marks = marks_from_reply(reply)
+                self.enforcer.apply(self.marks)
+            self.lease.renew(self.clock(), reply.lease_s)
+            marks = dict(self.marks)
         self.last_error = None
         return StepResult(report, True, marks=marks)
+
+    def apply_pushed(self, reply: LevelsReply) -> None:
+        """Apply levels the controller pushed (a new decision) without waiting for the next step."""
+        with self._lock:
+            if self._closed:
+                return
+            marks = marks_from_reply(reply)
+            self.enforcer.apply(marks)
+            self.marks = marks
+            self.lease.renew(self.clock(), reply.lease_s)
+            self._pushes += 1
+            self._pushed_epoch = reply.epoch
 
     def run(self, interval_s: float, stop: threading.Event,
             on_step: Callable[[StepResult], None] | None = None) -> None:
@@ -113,5 +137,7 @@ class Agent:
                     on_step(result)
                 stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
         finally:
-            self.enforcer.clear()
-            self.marks = {}
+            with self._lock:
+                self._closed = True
+                self.enforcer.clear()
+                self.marks = {}

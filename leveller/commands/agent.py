@@ -46,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--netns", help="network namespace of --dev")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between reports (default 1)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--no-push", action="store_true",
+                        help="take levels only from report replies (default: also keep a Watch call open, so "
+                        "a new decision arrives within milliseconds instead of up to --interval later)")
     parser.add_argument("--json", action="store_true", help="one JSON object per report on stdout")
     parser.set_defaults(func=run)
 
@@ -80,9 +83,10 @@ def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
     if not dev:
         yield NoFlows(), NoMarking()
         return
+    from leveller.agent.claim import claim_device
     from leveller.agent.datapath import Datapath
     from leveller.agent.enforce_bpf import BpfEnforcer, BpfFlowSource
-    with Datapath(dev, netns=netns) as dp:
+    with claim_device(dev, netns), Datapath(dev, netns=netns) as dp:  # claim: removes a crashed run's filter
         yield BpfFlowSource(dp), BpfEnforcer(dp)
 
 
@@ -91,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
     from leveller.agent.service import Agent, StepResult
     from leveller.rpc.auth import load_secret
+    from leveller.rpc.push import LevelsWatcher
     from leveller.rpc.schema import flow_label
     from leveller.rpc.transport import ControllerClient
 
@@ -123,12 +128,18 @@ def run(args: argparse.Namespace) -> int:
         timer = threading.Timer(args.duration, stop.set) if args.duration else None
         if timer:
             timer.start()
+        watcher = None if args.no_push else LevelsWatcher(args.controller, secret, args.host, agent.apply_pushed,
+                                                           lambda: agent.known_jobs)
         try:
+            if watcher:
+                watcher.start()
             agent.run(args.interval, stop, on_step)
         except KeyboardInterrupt:
             pass
         finally:
             stop.set()
+            if watcher:
+                watcher.close()
             if timer:
                 timer.cancel()
     return 0

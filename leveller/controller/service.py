@@ -38,15 +38,27 @@ class Controller:
         self.epoch = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
+        self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
 
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
         with self._lock:
             self.registry.accept(report, now)
             self.metrics.reports.labels(report.host).inc()
-            levels = self.decision.levels if self.decision else {}
-            flows = tuple(FlowLevel(f.key, f.job, levels[f.key]) for f in report.flows if f.key in levels)
-            return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows)
+            return self._reply(report)
+
+    def _reply(self, report: Report) -> LevelsReply:
+        levels = self.decision.levels if self.decision else {}
+        flows = tuple(FlowLevel(f.key, f.job, levels[f.key]) for f in report.flows if f.key in levels)
+        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows)
+
+    def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> LevelsReply | None:
+        """Push path (leveller.rpc.push): once the epoch differs from ``seen_epoch`` (or after
+        ``timeout_s``), the levels of the flows in ``host``'s last report; None if it never reported."""
+        with self._decided:
+            self._decided.wait_for(lambda: self.epoch != seen_epoch, timeout_s)
+            agent = self.registry.agents.get(host)
+            return None if agent is None else self._reply(agent.report)
 
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
@@ -93,6 +105,7 @@ class Controller:
             self.epoch += 1
             self.last_error = None
             self._publish(jobs, flows, decision, now)
+            self._decided.notify_all()
         self.metrics.decisions.inc()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
         return decision

@@ -88,16 +88,21 @@ class _Service:
 
 
 def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock = time.time,
-          max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 4,
+          max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 16,
           on_reject: Callable[[str], None] | None = None) -> tuple[grpc.Server, int]:
     """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
 
-    ``on_reject(reason)`` is called for each refused request ("auth" or "invalid")."""
+    ``on_reject(reason)`` is called for each refused request ("auth" or "invalid"). A handler
+    with ``wait_levels`` also serves Watch (leveller.rpc.push) to up to ``threads - 4`` agents."""
     svc = _Service(handler, secret, clock, max_message_bytes, on_reject)
     methods = {
         "Report": grpc.unary_unary_rpc_method_handler(svc.report),
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),
     }
+    if hasattr(handler, "wait_levels") and threads > 4:
+        from leveller.rpc.push import watch_method  # noqa: PLC0415 (push imports this module's peers)
+        methods["Watch"] = watch_method(handler, secret, clock, max_message_bytes,  # type: ignore[arg-type]
+                                        on_reject, max_watchers=threads - 4)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     port = server.add_insecure_port(address)

@@ -1,0 +1,47 @@
+"""One agent per interface: an advisory lock that also tells a crashed run's filter from a live one.
+
+The agent holds ``flock`` on /run/leveller/agent-<netns>-<dev>.lock while it
+runs. The kernel drops the lock when the process dies, however it dies
+(SIGKILL included). So a new agent that gets the lock knows any leveller
+filter on that interface is stale and removes it before attaching; one that
+does not get it refuses to start (another agent is live there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Iterator
+
+from leveller.errors import UserError
+
+LOCK_DIR = Path("/run/leveller")
+
+
+def lock_path(dev: str, netns: str | None) -> Path:
+    return LOCK_DIR / f"agent-{netns or 'host'}-{dev}.lock"
+
+
+@contextlib.contextmanager
+def claim_device(dev: str, netns: str | None = None) -> Iterator[int]:
+    """Hold the interface for this agent; yields how many stale leveller filters were removed."""
+    from leveller.agent.datapath import cleanup_stale  # noqa: PLC0415 (needs pyroute2)
+
+    path = lock_path(dev, netns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            where = f"{dev}" + (f" in netns {netns}" if netns else "")
+            raise UserError(f"--dev {where}: another leveller agent (pid {holder}) runs there; "
+                            "stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield cleanup_stale(dev, netns)
+    finally:
+        os.close(fd)  # releases the lock

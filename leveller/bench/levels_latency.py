@@ -1,0 +1,301 @@
+"""Latency from a controller decision to the new DSCP on a packet on the wire.
+
+Real parts end to end: a veth pair between two fresh namespaces; in the
+sender namespace two iperf3 UDP flows (job "probe" to port 5201, job "other"
+to 5202); a `leveller agent` process with the eBPF datapath on the sender's
+veth; a controller (leveller.controller.service.Controller, real leveller
+policy, K=2) serving gRPC on loopback. Each sample bumps one job's
+iterations in the agent's log so the lowest-R job changes, waits until the
+controller has that report, waits a random fraction of the report interval
+(so samples are not phase-locked to reports), timestamps the decision
+(Controller.step) and finds the first probe packet with the new DSCP in an
+AF_PACKET capture in the receiver namespace, stamped by the kernel
+(SO_TIMESTAMPNS). Latency = packet timestamp - decision start (both
+CLOCK_REALTIME on this host). The packet spacing (~0.2 ms) bounds the
+resolution.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leveller.errors import UserError
+
+PROBE_PORT = 5201
+OTHER_PORT = 5202
+PROBE_RATE = "40M"  # with 1000-byte datagrams: ~5,000 packets/s, one every ~0.2 ms
+PACKET_BYTES = 1000
+ETH_P_IP = 0x0800
+SO_TIMESTAMPNS = 35
+TARGET_MS = 5.0
+HIST_EDGES_MS = (0.5, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
+SECRET = "bench-levels-" + "0123456789abcdef"
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LatencyResult:
+    mode: str  # "push" or "poll"
+    report_interval_s: float
+    samples_ms: list[float] = field(default_factory=list)
+    missed: int = 0  # decisions whose DSCP never showed within the deadline
+    elapsed_s: float = 0.0
+
+    def stats(self) -> dict[str, float]:
+        xs = sorted(self.samples_ms)
+        if not xs:
+            return {}
+        return {"min": xs[0], "median": percentile(xs, 50), "p90": percentile(xs, 90),
+                "p99": percentile(xs, 99), "max": xs[-1], "mean": sum(xs) / len(xs)}
+
+    def histogram(self) -> list[dict[str, Any]]:
+        return histogram(self.samples_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        st = self.stats()
+        return {"mode": self.mode, "report_interval_s": self.report_interval_s, "samples": len(self.samples_ms),
+                "missed": self.missed, "latency_ms": {k: round(v, 3) for k, v in st.items()},
+                "target_ms": TARGET_MS, "median_under_target": bool(st) and st["median"] < TARGET_MS,
+                "histogram": self.histogram(), "samples_ms": [round(x, 3) for x in self.samples_ms],
+                "elapsed_s": round(self.elapsed_s, 1)}
+
+
+def percentile(sorted_xs: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_xs:
+        raise ValueError("no samples")
+    rank = max(1, -(-len(sorted_xs) * q // 100))
+    return sorted_xs[int(rank) - 1]
+
+
+def histogram(samples_ms: list[float]) -> list[dict[str, Any]]:
+    """Counts per bin [lo, hi) over HIST_EDGES_MS (last bin open)."""
+    edges = (0.0, *HIST_EDGES_MS, float("inf"))
+    return [{"lo_ms": lo, "hi_ms": hi if hi != float("inf") else None,
+             "count": sum(1 for x in samples_ms if lo <= x < hi)} for lo, hi in zip(edges, edges[1:])]
+
+
+def check_tools() -> None:
+    missing = [t for t in ("ip", "iperf3") if shutil.which(t) is None]
+    if missing:
+        raise UserError(f"missing programs: {', '.join(missing)} (Debian packages iproute2, iperf3)")
+    if os.geteuid() != 0:
+        raise UserError("bench levels needs root (network namespaces, BPF)")
+
+
+class WireWatch:
+    """AF_PACKET capture on the receiver: kernel-stamped DSCP changes of one UDP flow's packets."""
+
+    def __init__(self, ns: str, ifname: str, src: str, dport: int) -> None:
+        from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+
+        self.src, self.dport = socket.inet_aton(src), dport
+        self.sock = VethPair.socket(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+        self.sock.bind((ifname, ETH_P_IP))
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.settimeout(0.2)
+        self.changes: list[tuple[float, int]] = []  # (kernel time, new DSCP), in arrival order
+        self.packets = 0
+        self.last_dscp: int | None = None
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wirewatch", daemon=True)
+
+    def __enter__(self) -> "WireWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, anc, _, _ = self.sock.recvmsg(64, socket.CMSG_SPACE(16))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if len(data) < 38 or data[23] != 17 or data[26:30] != self.src:
+                continue
+            ihl = (data[14] & 0x0F) * 4
+            if len(data) < 14 + ihl + 4 or struct.unpack_from("!H", data, 14 + ihl + 2)[0] != self.dport:
+                continue
+            dscp = data[15] >> 2
+            stamp = time.time()
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", value[:16])
+                    stamp = sec + nsec * 1e-9
+            with self._cond:
+                self.packets += 1
+                if dscp != self.last_dscp:
+                    self.last_dscp = dscp
+                    self.changes.append((stamp, dscp))
+                    self._cond.notify_all()
+
+    def first_after(self, t0: float, dscp: int, timeout_s: float) -> float | None:
+        """Kernel time of the first packet at/after t0 whose DSCP changed to ``dscp`` (None on timeout)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for stamp, d in reversed(self.changes):
+                    if stamp < t0:
+                        break
+                    if d == dscp:
+                        hits = [s for s, dd in self.changes if s >= t0 and dd == dscp]
+                        return hits[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+
+class _Log:
+    """The agent's job log: one leveller-iter line per iteration bump."""
+
+    def __init__(self, path: Path, start: float) -> None:
+        from leveller.jobs.logline import format_line  # noqa: PLC0415
+
+        self.path, self.fmt = path, format_line
+        self.iters = {"probe": 0, "other": 0}
+        with path.open("w") as f:
+            for job in self.iters:
+                f.write(self.fmt(job, 0, start) + "\n")
+
+    def bump(self, job: str, to: int) -> None:
+        self.iters[job] = to
+        with self.path.open("a") as f:
+            f.write(self.fmt(job, to, time.time()) + "\n")
+
+
+def _wait(cond: Callable[[], Any], timeout_s: float, what: str, step_s: float = 0.005) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(step_s)
+    raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, seed: int = 1,
+        progress: Progress | None = None) -> LatencyResult:
+    """Measure ``samples`` decision -> wire latencies (see module doc)."""
+    from leveller.controller.paths import SingleLinkPaths  # noqa: PLC0415
+    from leveller.controller.service import Controller  # noqa: PLC0415
+    from leveller.core.policies import make_policy  # noqa: PLC0415
+    from leveller.core.qos import default_level_map  # noqa: PLC0415
+    from leveller.rpc.transport import serve  # noqa: PLC0415
+    from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+
+    check_tools()
+    say = progress or (lambda msg: None)
+    rng = random.Random(seed)
+    result = LatencyResult("push" if push else "poll", report_interval_s)
+    started = time.monotonic()
+    level_map = default_level_map(2)
+    procs: list[subprocess.Popen[bytes]] = []
+    agent: subprocess.Popen[bytes] | None = None
+    with tempfile.TemporaryDirectory(prefix="leveller-bench-levels-") as tmp, VethPair(prefix="lvb") as pair, \
+            WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), PROBE_PORT) as wire:  # forks: before gRPC starts
+        ctl = Controller(SingleLinkPaths(), make_policy("leveller"), level_map, tau_s=1.0, lease_s=600.0)
+        server, port = serve(ctl, "127.0.0.1:0", SECRET.encode())
+        try:
+            say("starting iperf3 flows")
+            seconds = str(int(30 + samples * (report_interval_s + 1.0) * 2))
+            for p in (PROBE_PORT, OTHER_PORT):
+                procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(p)]),
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for p, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
+                _wait(lambda: _listening(pair.ns_b, p), 10, f"iperf3 server on port {p}", 0.05)
+                procs.append(subprocess.Popen(pair.exec_in(pair.ns_a, [
+                    "iperf3", "-c", str(pair.ip_b), "-p", str(p), "-u", "-b", rate, "-l", str(PACKET_BYTES),
+                    "-t", seconds]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            log = _Log(Path(tmp) / "jobs.log", time.time() - 100.0)
+            say("starting the agent (compiling the BPF program)")
+            argv = [sys.executable, "-m", "leveller.cli", "agent", "--controller", f"127.0.0.1:{port}",
+                    "--host", "bench", "--log", str(log.path), "--interval", str(report_interval_s),
+                    "--job-ports", f"probe={PROBE_PORT}", "--job-ports", f"other={OTHER_PORT}",
+                    "--ideal-time", "probe=1", "--ideal-time", "other=1",
+                    "--dev", pair.if_a, "--netns", pair.ns_a] + ([] if push else ["--no-push"])
+            with open(Path(tmp) / "agent.out", "wb") as agent_out:
+                agent = subprocess.Popen(argv, stdout=agent_out, stderr=subprocess.STDOUT,
+                                         env=dict(os.environ, LEVELLER_SECRET=SECRET))
+            def flows_seen() -> bool:
+                if agent.poll() is not None:
+                    raise RuntimeError(f"the agent exited ({agent.returncode}): "
+                                       f"{(Path(tmp) / 'agent.out').read_text()[-2000:]}")
+                flows = ctl.status(time.time())["flows"]
+                return {f["job"] for f in flows if f["flow"].startswith("udp")} == {"probe", "other"}
+            _wait(flows_seen, 60, "the agent to report both UDP flows", 0.05)
+            _wait(lambda: wire.packets > 100, 10, "probe packets at the receiver", 0.05)
+            for i in range(samples):
+                say(f"sample {i + 1}/{samples}")
+                top, low = ("probe", "other") if i % 2 == 0 else ("other", "probe")
+                log.bump(low, max(log.iters.values()) + 1)  # lower R for `top`: it gets level 1
+                _wait(lambda: _iterations(ctl, low) == log.iters[low], 10, f"the report of {low}")
+                time.sleep(rng.uniform(0, report_interval_s))
+                want = level_map.dscp[1] if top == "probe" else level_map.dscp[0]
+                t0 = time.time()
+                decision = ctl.step(t0)
+                _check_decision(decision, top)
+                seen = wire.first_after(t0, want, timeout_s=max(3.0, 3 * report_interval_s))
+                if seen is None:
+                    result.missed += 1
+                else:
+                    result.samples_ms.append((seen - t0) * 1e3)
+        finally:
+            if agent is not None:
+                _stop(agent)
+            for p in procs:
+                _stop(p)
+            server.stop(grace=None)
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def _iterations(ctl: Any, job: str) -> int | None:
+    for j in ctl.status(time.time())["jobs"]:
+        if j["job"] == job:
+            return int(j["iterations"])
+    return None
+
+
+def _check_decision(decision: Any, top: str) -> None:
+    if not decision.order or decision.order[0] != top:
+        raise RuntimeError(f"the controller ranked {decision.order}, expected {top} first: benchmark invalid")
+
+
+def _listening(ns: str, port: int) -> bool:
+    out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Htln", f"sport = :{port}"],
+                         capture_output=True, text=True).stdout
+    return bool(out.strip())
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,146 @@
+"""Prompt delivery of new levels: the agent long-polls the controller (``Watch``).
+
+With reports alone an agent learns a decision at its next report, i.e. up to
+a report interval late. Here an agent keeps one ``Watch`` call open: it says
+which decision epoch it has seen, the controller answers as soon as a newer
+decision exists (or after ``wait_s`` without one) with the levels of the
+flows in that host's last report. Same authentication as every other call
+(HMAC of the body in metadata, reply signed in trailing metadata), same
+validation of the reply. Each open call holds a server thread, so the number
+of concurrent watchers is capped; a refused watcher falls back to reports.
+
+    Watch request  {"v": 1, "host": str, "epoch": int, "wait_s": float}
+    Watch reply    LevelsReply (see leveller.rpc.schema)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable, Protocol
+
+import grpc
+
+from leveller.rpc import auth
+from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.rpc.schema import VERSION, LevelsReply, _int, _name, _num, _obj, _version, reply_from_wire, \
+    reply_to_wire
+
+SERVICE = "leveller.v1.Controller"
+WATCH = f"/{SERVICE}/Watch"
+MAX_WAIT_S = 30.0
+
+
+class WatchHandler(Protocol):
+    """What the Watch method needs from the controller (leveller.controller.service.Controller)."""
+
+    def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> LevelsReply | None:
+        """Levels of ``host``'s flows once the epoch differs from ``seen_epoch`` (None: host unknown)."""
+        ...
+
+
+def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
+    """(host, epoch, wait_s) of a Watch request; SchemaError names a bad field."""
+    _obj(msg, "", ("v", "host", "epoch", "wait_s"))
+    _version(msg)
+    return (_name(msg["host"], "host"), _int(msg["epoch"], "epoch", 0, 2**63 - 1),
+            _num(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
+
+
+def watch_method(handler: WatchHandler, secret: bytes, clock: Callable[[], float] = time.time,
+                 max_bytes: int = MAX_MESSAGE_BYTES, on_reject: Callable[[str], None] | None = None,
+                 max_watchers: int = 2) -> grpc.RpcMethodHandler:
+    """The gRPC handler of Watch (register it under SERVICE next to Report and Status)."""
+    slots = threading.BoundedSemaphore(max_watchers)
+    reject = on_reject or (lambda reason: None)
+
+    def watch(body: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            auth.verify(secret, WATCH, body, dict(context.invocation_metadata()), clock())
+        except auth.AuthError as exc:
+            reject("auth")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        try:
+            host, epoch, wait_s = watch_request_from_wire(decode(body, max_bytes))
+        except SchemaError as exc:
+            reject("invalid")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if not slots.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{max_watchers} agents already watch; report-driven levels only")
+        try:
+            reply = handler.wait_levels(host, epoch, wait_s)
+        finally:
+            slots.release()
+        if reply is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
+        out = encode(reply_to_wire(reply))
+        context.set_trailing_metadata(auth.metadata(secret, WATCH + "#reply", clock(), out))
+        return out
+
+    return grpc.unary_unary_rpc_method_handler(watch)
+
+
+class LevelsWatcher:
+    """Agent side: a thread that keeps a Watch open and hands every new reply to ``on_levels``.
+
+    ``known_jobs()`` gives the jobs of the agent's last report (levels for other
+    jobs are refused). Failures back off ``retry_s`` (the report loop still
+    delivers levels meanwhile).
+    """
+
+    def __init__(self, address: str, secret: bytes, host: str, on_levels: Callable[[LevelsReply], None],
+                 known_jobs: Callable[[], Iterable[str]], wait_s: float = 5.0, retry_s: float = 0.5,
+                 clock: Callable[[], float] = time.time, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        if not 0 < wait_s <= MAX_WAIT_S:
+            raise ValueError(f"wait_s must be in (0, {MAX_WAIT_S}], got {wait_s!r}")
+        self.address, self.secret, self.host, self.on_levels = address, secret, host, on_levels
+        self.known_jobs, self.wait_s, self.retry_s, self.clock = known_jobs, wait_s, retry_s, clock
+        self.max_bytes = max_message_bytes
+        self.epoch = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes)])
+        self._call = self._channel.unary_unary(WATCH)
+        self._thread = threading.Thread(target=self._loop, name=f"watch-{host}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def __enter__(self) -> "LevelsWatcher":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._channel.close()  # cancels the open call
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self.wait_s + 1)
+
+    def poll_once(self) -> LevelsReply:
+        """One Watch call (blocks up to wait_s); raises grpc.RpcError, auth.AuthError or SchemaError."""
+        body = encode({"v": VERSION, "host": self.host, "epoch": self.epoch, "wait_s": self.wait_s})
+        out, call = self._call.with_call(body, timeout=self.wait_s + 5,
+                                         metadata=auth.metadata(self.secret, WATCH, self.clock(), body))
+        auth.verify(self.secret, WATCH + "#reply", out, dict(call.trailing_metadata() or ()), self.clock())
+        reply = reply_from_wire(decode(out, self.max_bytes), self.known_jobs())
+        self.epoch = reply.epoch
+        return reply
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                reply = self.poll_once()
+            except (grpc.RpcError, auth.AuthError, SchemaError, ValueError) as exc:
+                if self._stop.is_set():
+                    return
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._stop.wait(self.retry_s)
+                continue
+            self.last_error = None
+            self.on_levels(reply)

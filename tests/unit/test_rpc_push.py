@@ -1,0 +1,139 @@
+"""Watch (leveller.rpc.push) over real gRPC on loopback: a new decision reaches a watching agent
+without its next report; unauthenticated or malformed watches are refused; a stale report reply
+never overrides a newer pushed decision."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import grpc
+import pytest
+
+from leveller.agent.rate_tracker import LogTailer, RateTracker
+from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+from leveller.agent.service import Agent
+from leveller.controller.paths import SingleLinkPaths
+from leveller.controller.service import Controller
+from leveller.core.paths import FlowKey, flow_key
+from leveller.core.policies import make_policy
+from leveller.core.qos import default_level_map
+from leveller.jobs.logline import format_line
+from leveller.rpc import auth
+from leveller.rpc.codec import encode
+from leveller.rpc.push import WATCH, LevelsWatcher
+from leveller.rpc.schema import FlowLevel, LevelsReply, Report
+from leveller.rpc.transport import ControllerClient, serve
+
+SECRET = b"push-test-secret-0123456789"
+FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
+FB = flow_key("10.0.0.1", "10.0.0.3", 40001, 48000)
+
+
+class FakeEnforcer:
+    def __init__(self) -> None:
+        self.marks: dict[FlowKey, int] = {}
+
+    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+        self.marks = dict(marks)
+
+    def clear(self) -> None:
+        self.marks = {}
+
+
+class TwoFlows:
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        return {FA: FlowSample(1000), FB: FlowSample(1000)}
+
+
+def _agent(tmp_path: Path, address: str) -> tuple[Agent, FakeEnforcer, Path]:
+    log = tmp_path / "jobs.log"
+    t0 = time.time() - 100
+    log.write_text("".join(format_line(j, 0, t0) + "\n" for j in ("a", "b")))
+    enf = FakeEnforcer()
+    agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=5),
+                  enf, flows=TwoFlows(), ideal_times={"a": 1.0, "b": 1.0},
+                  classifier=Classifier(ports=(parse_port_rule("a=47000"), parse_port_rule("b=48000"))))
+    return agent, enf, log
+
+
+def _wait(cond, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        time.sleep(0.01)
+
+
+def test_a_decision_is_pushed_to_a_watching_agent_without_a_report(tmp_path: Path) -> None:
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=60)
+    server, port = serve(ctl, "127.0.0.1:0", SECRET)
+    agent, enf, log = _agent(tmp_path, f"127.0.0.1:{port}")
+    try:
+        agent.step()  # the controller learns both flows; no decision yet
+        assert enf.marks == {}
+        with LevelsWatcher(f"127.0.0.1:{port}", SECRET, "h1", agent.apply_pushed, lambda: agent.known_jobs,
+                           wait_s=20):
+            ctl.step(time.time())  # equal R: job order a, b -> a's flow on top
+            _wait(lambda: enf.marks == {FA: 8, FB: 0})
+            with log.open("a") as f:  # b falls behind: a decision must now favour b
+                f.write(format_line("a", 5, time.time()) + "\n")
+            agent.step()  # carries the progress; the reply still has the old decision
+            assert enf.marks == {FA: 8, FB: 0}
+            ctl.step(time.time())
+            _wait(lambda: enf.marks == {FA: 0, FB: 8})  # no agent.step() in between: pushed
+    finally:
+        server.stop(grace=None)
+
+
+def test_watch_without_a_valid_signature_or_with_bad_fields_is_refused() -> None:
+    rejected: list[str] = []
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0)
+    server, port = serve(ctl, "127.0.0.1:0", SECRET, on_reject=rejected.append)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.unary_unary(WATCH)
+            body = encode({"v": 1, "host": "h1", "epoch": 0, "wait_s": 0.1})
+            with pytest.raises(grpc.RpcError) as err:
+                call(body, metadata=auth.metadata(b"not-the-secret-0123456789", WATCH, time.time(), body), timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            bad = encode({"v": 1, "host": "h1", "epoch": -1, "wait_s": 0.1})
+            with pytest.raises(grpc.RpcError) as err:
+                call(bad, metadata=auth.metadata(SECRET, WATCH, time.time(), bad), timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "epoch" in err.value.details()
+            with pytest.raises(grpc.RpcError) as err:  # never reported: nothing to push
+                call(body, metadata=auth.metadata(SECRET, WATCH, time.time(), body), timeout=5)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert rejected == ["auth", "invalid"]
+    finally:
+        server.stop(grace=None)
+
+
+class SlowClient:
+    """Report replies carry epoch 1 and arrive only after ``release`` is set (a report in flight)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.sent = threading.Event()
+
+    def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
+        self.sent.set()
+        self.release.wait(10)
+        return LevelsReply(1, 5.0, (0, 8), (FlowLevel(FA, "a", 1),))
+
+
+def test_a_stale_report_reply_does_not_undo_a_newer_pushed_decision(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(format_line("a", 0, time.time() - 10) + "\n")
+    enf, client = FakeEnforcer(), SlowClient()
+    agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], client, enf, flows=TwoFlows(),
+                  classifier=Classifier(ports=(parse_port_rule("a=47000"),)))
+    stepping = threading.Thread(target=agent.step)
+    stepping.start()
+    assert client.sent.wait(10)
+    agent.apply_pushed(LevelsReply(2, 5.0, (0, 8), (FlowLevel(FA, "a", 0),)))  # decision 2 while 1 in flight
+    client.release.set()
+    stepping.join(10)
+    assert enf.marks == {FA: 0}
+    assert agent.lease.valid(time.time())
