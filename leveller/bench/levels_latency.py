@@ -99,12 +99,12 @@ def check_tools() -> None:
 
 
 class WireWatch:
-    """AF_PACKET capture on the receiver: kernel-stamped DSCP changes of one UDP flow's packets."""
+    """AF_PACKET capture on the receiver: kernel-stamped DSCP changes of packets src -> *:dport."""
 
-    def __init__(self, ns: str, ifname: str, src: str, dport: int) -> None:
+    def __init__(self, ns: str, ifname: str, src: str, dport: int, proto: int = socket.IPPROTO_UDP) -> None:
         from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
 
-        self.src, self.dport = socket.inet_aton(src), dport
+        self.src, self.dport, self.proto = socket.inet_aton(src), dport, proto
         self.sock = VethPair.socket(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
         self.sock.bind((ifname, ETH_P_IP))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -134,7 +134,7 @@ class WireWatch:
                 continue
             except OSError:
                 return
-            if len(data) < 38 or data[23] != 17 or data[26:30] != self.src:
+            if len(data) < 38 or data[23] != self.proto or data[26:30] != self.src:
                 continue
             ihl = (data[14] & 0x0F) * 4
             if len(data) < 14 + ihl + 4 or struct.unpack_from("!H", data, 14 + ihl + 2)[0] != self.dport:
