@@ -7,7 +7,9 @@ VENV=${1:-.venv}
 PY=${PYTHON:-python3}
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+# This machine's pip config lists local mirrors that may be absent; hide only those warnings.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]" \
+  2> >(grep -v "^WARNING: Location 'file:" >&2)
 
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 if [ -d /usr/lib/python3/dist-packages/bcc ]; then
