@@ -16,7 +16,6 @@ FILTER_HANDLE, name PROGRAM_NAME on the egress hook; cleanup_stale() removes it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -100,7 +99,7 @@ class Datapath:
                 raise UserError(
                     f"{self._where()} already carries a leveller filter (prio {FILTER_PRIO:#x}); "
                     "another agent runs there, or a crashed run left it: remove it with "
-                    "`leveller agent cleanup` / leveller.agent.datapath.cleanup_stale()")
+                    f"leveller.agent.datapath.cleanup_stale({self.ifname!r}, {self.netns!r})")
             try:
                 self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=[
                     f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={self.max_flows}",
@@ -361,6 +360,3 @@ def _remove_clsact_if_empty(ipr: Any, ifindex: int) -> None:
         return
     ipr.tc("del", "clsact", ifindex)
 
-
-def _is_root() -> bool:
-    return os.geteuid() == 0
