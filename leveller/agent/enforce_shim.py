@@ -1,0 +1,204 @@
+"""Adapters from the RDMA shim (leveller.agent.shim_control) to the agent's Protocols.
+
+RDMA traffic is invisible to the eBPF datapath (the NIC sends it), so for the
+agent a queue pair IS a flow: RoCEv2 is UDP to port 4791 between the two
+GIDs' IPv4 addresses, from a source port the NIC derives from the QP number
+(:func:`roce_source_port`). :class:`ShimFlows` lists the shim processes' QPs
+as flows (FlowSource) and names their job from the shim (LEVELLER_JOB), so
+the controller ranks and levels them like TCP flows. :class:`ShimEnforcer`
+turns the levels' DSCPs back into a traffic class (DSCP << 2) per QP and asks
+the owning shim to rebuild that QP (QP resurrection); ``clear`` gives every QP
+it changed its original class back. :class:`SplitEnforcer` sends QP flows
+to the shim and everything else to another enforcer (the eBPF datapath).
+
+A QP whose change fails keeps its old class (the shim guarantees that); the
+enforcer records the error and retries at the next ``apply``. A shim process
+that vanished takes its QPs with it: they are forgotten.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+from leveller.agent.reports import FlowSample
+from leveller.agent.shim_control import QpInfo, ShimClient, ShimError, discover, dscp_traffic_class
+from leveller.core.paths import FlowKey, flow_key
+
+ROCE_V2_PORT = 4791
+UDP = 17
+
+
+class JobClassifier(Protocol):
+    def job_of(self, key: FlowKey, sample: FlowSample) -> str | None: ...
+
+
+class Enforcer(Protocol):
+    def apply(self, marks: Mapping[FlowKey, int]) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class QpRef:
+    """Where a QP flow lives: the shim socket of its process and the QP number."""
+
+    socket: Path
+    pid: int
+    qp: int
+    job: str
+    tc: int | None
+
+
+def gid_ipv4(gid: Any) -> str | None:
+    """The IPv4 address of a RoCEv2 IPv4-mapped GID (``::ffff:a.b.c.d``), else None."""
+    try:
+        mapped = ipaddress.IPv6Address(str(gid)).ipv4_mapped
+    except ValueError:
+        return None
+    return str(mapped) if mapped is not None else None
+
+
+def roce_source_port(qpn: int) -> int:
+    """UDP source port of a RoCEv2 QP: in 0xC000..0xFFFF, from the QP number (as NICs spread QPs for ECMP)."""
+    return 0xC000 | (qpn & 0x3FFF)
+
+
+def qp_flow_key(qp: QpInfo) -> FlowKey | None:
+    """The flow a connected QP sends as (None before RTR or for non-IPv4 GIDs)."""
+    if not qp.connected or not qp.remote:
+        return None
+    src, dst = gid_ipv4(qp.local.get("gid")), gid_ipv4(qp.remote.get("gid"))
+    if src is None or dst is None:
+        return None
+    return flow_key(src, dst, roce_source_port(qp.qp), ROCE_V2_PORT, UDP)
+
+
+class ShimFlows:
+    """FlowSource and job classifier over the QPs of every shim process on this host.
+
+    ``sockets`` lists the shims' control sockets (default: discover());
+    ``base`` classifies every other flow (e.g. TCP by port or cgroup). Bytes
+    are reported as 0: the shim does not count RDMA traffic.
+    """
+
+    def __init__(self, sockets: Callable[[], Iterable[Path]] = discover, base: JobClassifier | None = None,
+                 timeout_s: float = 5.0, client: Callable[[Path, float], Any] = ShimClient) -> None:
+        self.sockets, self.base, self.timeout_s, self.client = sockets, base, timeout_s, client
+        self.qps: dict[FlowKey, QpRef] = {}
+        self.errors: list[str] = []
+
+    def refresh(self) -> dict[FlowKey, QpRef]:
+        """List the QPs again (a shim that cannot be reached is skipped and noted in ``errors``)."""
+        qps: dict[FlowKey, QpRef] = {}
+        errors = []
+        for path in self.sockets():
+            try:
+                listed = self.client(Path(path), self.timeout_s).list_qps()
+            except ShimError as exc:
+                errors.append(str(exc))
+                continue
+            for q in listed:
+                key = qp_flow_key(q)
+                if key is not None:
+                    qps[key] = QpRef(Path(path), q.pid, q.qp, q.job, q.tc)
+        self.qps, self.errors = qps, errors
+        return qps
+
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        return {key: FlowSample(0) for key in self.refresh()}
+
+    def job_of(self, key: FlowKey, sample: FlowSample) -> str | None:
+        ref = self.qps.get(key)
+        if ref is not None:
+            return ref.job
+        return self.base.job_of(key, sample) if self.base is not None else None
+
+
+class ShimEnforcer:
+    """Enforcer for QP flows: DSCP -> traffic class (``dscp_to_tc``) applied by the shim, per QP."""
+
+    def __init__(self, flows: ShimFlows, dscp_to_tc: Callable[[int], int] = dscp_traffic_class) -> None:
+        self.flows, self.dscp_to_tc = flows, dscp_to_tc
+        self.current: dict[FlowKey, int] = {}  # QP flow -> DSCP we gave it
+        self.original: dict[FlowKey, int] = {}  # QP flow -> traffic class before our first change
+        self._refs: dict[FlowKey, QpRef] = {}
+        self.errors: list[str] = []
+
+    def owns(self, key: FlowKey) -> bool:
+        return key in self.flows.qps or key in self._refs
+
+    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+        """Give QP flows in ``marks`` their class; QP flows we changed that are not in ``marks`` get theirs back."""
+        self.errors = []
+        for key, dscp in marks.items():
+            ref = self.flows.qps.get(key)
+            if ref is not None and self.current.get(key) != dscp:
+                if self._set(key, ref, self.dscp_to_tc(dscp)):
+                    self.current[key] = dscp
+        for key in [k for k in self.current if k not in marks]:
+            self._restore(key)
+
+    def clear(self) -> None:
+        """Every QP we changed goes back to its original traffic class."""
+        self.errors = []
+        for key in list(self.current):
+            self._restore(key)
+
+    def _restore(self, key: FlowKey) -> None:
+        ref = self._refs.get(key)
+        if ref is None or self._set(key, ref, self.original.get(key, 0)):
+            self.current.pop(key, None)
+            self.original.pop(key, None)
+            self._refs.pop(key, None)
+
+    def _set(self, key: FlowKey, ref: QpRef, tc: int) -> bool:
+        """True when the QP has class ``tc`` afterwards, or is gone (nothing left to change)."""
+        try:
+            results = self.flows.client(ref.socket, self.flows.timeout_s).set_traffic_class(tc, qp=ref.qp)
+        except ShimError as exc:
+            if not ref.socket.exists() or not Path(f"/proc/{ref.pid}").exists():
+                return True  # the process ended: its QPs are gone
+            self.errors.append(f"QP {ref.qp} of pid {ref.pid} ({ref.job}): {exc}")
+            return False
+        if not results:
+            return True  # the QP was destroyed meanwhile
+        r = results[0]
+        if not r.ok:
+            self.errors.append(f"QP {ref.qp} of pid {ref.pid} ({ref.job}): {r.error}")
+            return False
+        self._refs[key] = ref
+        self.original.setdefault(key, r.old_tc if r.old_tc is not None else 0)
+        return True
+
+
+class SplitEnforcer:
+    """QP flows to the shim enforcer, all other flows to ``other`` (the eBPF datapath)."""
+
+    def __init__(self, shim: ShimEnforcer, other: Enforcer) -> None:
+        self.shim, self.other = shim, other
+
+    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+        self.other.apply({k: v for k, v in marks.items() if not self.shim.owns(k)})
+        self.shim.apply(marks)
+
+    def clear(self) -> None:
+        try:
+            self.other.clear()
+        finally:
+            self.shim.clear()
+
+
+class MergedFlows:
+    """Flows of several sources (the eBPF datapath's TCP flows and the shim's QPs)."""
+
+    def __init__(self, *sources: Any) -> None:
+        self.sources = sources
+
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        out: dict[FlowKey, FlowSample] = {}
+        for s in self.sources:
+            out.update(s.read_flows())
+        return out
