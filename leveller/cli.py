@@ -33,8 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
         "normalized progress rate R = iterations x ideal iteration time / elapsed.",
     )
     parser.add_argument("--version", action="version", version=f"leveller {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in COMMANDS.items():
+    add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"), COMMANDS)
+    return parser
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                 table: dict[str, tuple[str, str]]) -> None:
+    """Add one sub-parser per table entry, configured by its module; absent modules are skipped."""
+    for name, (module_name, help_text) in table.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -44,7 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 
 # name -> (module, help); each module has configure(parser) like a command.
 BENCHES: dict[str, tuple[str, str]] = {
@@ -19,14 +18,7 @@ BENCHES: dict[str, tuple[str, str]] = {
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="bench", metavar="BENCH")
-    for name, (module_name, help_text) in BENCHES.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.configure(p)
+    from leveller.cli import add_commands
+
+    add_commands(parser.add_subparsers(dest="bench", metavar="BENCH"), BENCHES)
+    parser.set_defaults(func=lambda _args: parser.print_help() or 2)
