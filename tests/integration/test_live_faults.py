@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import grpc
 import pytest
