@@ -132,8 +132,9 @@ def test_controller_killed_agents_fall_back_jobs_continue_restart_resumes(tmp_pa
             killed_at = time.time()
             cleared_at = wire.first_after(killed_at, 0, timeout_s=15)
             assert cleared_at is not None, f"marks never cleared after the controller died: {ag.output()}"
-            # not before the lease (1.5 s, renewed at most one report interval before the kill) ran out
-            assert cleared_at - killed_at > 1.5 - 0.2 - 0.3
+            # the lease (1.5 s, renewed by every report and push) is honoured: an agent that dropped its
+            # levels at the first failed report would clear within a report interval (0.2 s)
+            assert cleared_at - killed_at > 0.5
             assert ag.alive()
             iterations = max_iteration(log)
             _wait(lambda: max_iteration(log) >= iterations + 5, 20, "the job keeps iterating without a controller")
