@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from leveller.errors import UserError
@@ -45,6 +46,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--samples={args.samples}: allowed is 1..10000")
     if not 0.05 <= args.report_interval <= 10:
         raise UserError(f"--report-interval={args.report_interval}: allowed is 0.05..10 seconds")
+    # gRPC logs an INFO line about fork() each time a subprocess starts next to its threads
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from rich.console import Console  # noqa: PLC0415
 
     from leveller.bench import levels_latency  # noqa: PLC0415
