@@ -202,3 +202,10 @@ class MergedFlows:
         for s in self.sources:
             out.update(s.read_flows())
         return out
+
+
+def add_shim(flows: Any, enforcer: Enforcer, classifier: JobClassifier,
+             sockets: Callable[[], Iterable[Path]] = discover) -> tuple[MergedFlows, SplitEnforcer, ShimFlows]:
+    """An agent's (flows, enforcer, classifier) extended with the shim's QPs: pass the three to Agent."""
+    shim = ShimFlows(sockets, base=classifier)
+    return MergedFlows(shim, flows), SplitEnforcer(ShimEnforcer(shim), enforcer), shim

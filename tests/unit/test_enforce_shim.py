@@ -13,6 +13,7 @@ from leveller.agent.enforce_shim import (
     ShimEnforcer,
     ShimFlows,
     SplitEnforcer,
+    add_shim,
     qp_flow_key,
     roce_source_port,
 )
@@ -151,3 +152,23 @@ def test_split_enforcer_sends_qp_flows_to_the_shim_and_the_rest_to_the_datapath(
     assert other.marks == {tcp: 16} and shim.tc == {1: 32}
     split.clear()
     assert other.cleared == 1 and shim.tc == {1: 0}
+
+
+class OneTcpFlow:
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        return {flow_key("10.0.0.1", "10.0.0.3", 40000, 48000): FlowSample(7)}
+
+
+def test_add_shim_extends_an_agents_flows_enforcer_and_classifier(tmp_path: Path) -> None:
+    sock = tmp_path / f"leveller-shim-{os.getpid()}.sock"
+    shim = FakeShim([qp(1)])
+    other = Recording()
+    flows, enforcer, classifier = add_shim(OneTcpFlow(), other, Classifier(ports=(parse_port_rule("bert=48000"),)),
+                                           sockets=lambda: [sock])
+    classifier.client = shim.client
+    seen = flows.read_flows()
+    tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
+    assert set(seen) == {key(1), tcp}
+    assert classifier.job_of(key(1), seen[key(1)]) == "gpt" and classifier.job_of(tcp, seen[tcp]) == "bert"
+    enforcer.apply({key(1): 8, tcp: 8})
+    assert shim.tc == {1: 32} and other.marks == {tcp: 8}
