@@ -31,17 +31,32 @@ def claim_device(dev: str, netns: str | None = None) -> Iterator[int]:
 
     path = lock_path(dev, netns)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _lock(path, dev, netns)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            where = f"{dev}" + (f" in netns {netns}" if netns else "")
-            raise UserError(f"--dev {where}: another leveller agent (pid {holder}) runs there; "
-                            "stop it first") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield cleanup_stale(dev, netns)
     finally:
+        path.unlink(missing_ok=True)  # while still locked: a waiting opener sees a stale inode, retries
         os.close(fd)  # releases the lock
+
+
+def _lock(path: Path, dev: str, netns: str | None) -> int:
+    """An fd holding the exclusive lock on the file currently at ``path``."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            where = f"{dev}" + (f" in netns {netns}" if netns else "")
+            raise UserError(f"--dev {where}: another leveller agent (pid {holder}) runs there; "
+                            "stop it first") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # we locked a file its previous holder had just removed: take the new one
