@@ -84,9 +84,17 @@ class Agent:
     _pushed_epoch: int = -1
     _closed: bool = False
 
-    def build(self, now: float) -> Report:
+    def poll_logs(self, now: float) -> bool:
+        """Read new log lines into the trackers; True if some job finished an iteration."""
+        advanced = False
         for tailer, tracker in self.logs:
-            tracker.feed_all(tailer.poll(), now)
+            lines = tailer.poll()
+            if lines and tracker.feed_all(lines, now):
+                advanced = True
+        return advanced
+
+    def build(self, now: float) -> Report:
+        self.poll_logs(now)
         progress = merge_progress(tracker.jobs for _, tracker in self.logs)
         return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times)
 
@@ -127,15 +135,27 @@ class Agent:
             self._pushed_epoch = reply.epoch
 
     def run(self, interval_s: float, stop: threading.Event,
-            on_step: Callable[[StepResult], None] | None = None) -> None:
-        """Step every ``interval_s`` until ``stop`` is set; clears all rewrites on the way out."""
+            on_step: Callable[[StepResult], None] | None = None, poll_s: float | None = None) -> None:
+        """Step every ``interval_s`` until ``stop`` is set; clears all rewrites on the way out.
+        With ``poll_s``, the job logs are read every ``poll_s`` in between and a job that finished
+        an iteration is reported at once (the controller can then re-rank at iteration ends)."""
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 result = self.step()
                 if on_step:
                     on_step(result)
-                stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+                due = started + interval_s
+                while not stop.is_set():
+                    left = due - time.monotonic()
+                    if left <= 0:
+                        break
+                    if not poll_s:
+                        stop.wait(left)
+                        break
+                    stop.wait(min(poll_s, left))
+                    if self.poll_logs(self.clock()):
+                        break  # an iteration ended: report now
         finally:
             with self._lock:
                 self._closed = True

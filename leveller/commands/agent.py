@@ -45,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "flows are reported and nothing is marked")
     parser.add_argument("--netns", help="network namespace of --dev")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between reports (default 1)")
+    parser.add_argument("--poll", type=float, default=0.02, metavar="S",
+                        help="read the job logs every S seconds between reports and report at once when an "
+                        "iteration ended, so the controller can re-rank at iteration ends (default 0.02; 0 = off)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     parser.add_argument("--no-push", action="store_true",
                         help="take levels only from report replies (default: also keep a Watch call open, so "
@@ -103,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--log: give at least one job log to follow")
     if not args.interval > 0:
         raise UserError(f"--interval {args.interval}: must be > 0 seconds")
+    if not 0 <= args.poll < 60:
+        raise UserError(f"--poll {args.poll}: must be in [0, 60) seconds (0 = off)")
     logs = []
     for item in args.log:
         job, sep, path = item.partition("=")
@@ -133,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if watcher:
                 watcher.start()
-            agent.run(args.interval, stop, on_step)
+            agent.run(args.interval, stop, on_step, poll_s=args.poll or None)
         except KeyboardInterrupt:
             pass
         finally:

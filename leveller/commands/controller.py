@@ -28,10 +28,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair"))
     parser.add_argument("--levels", type=int, default=2, metavar="K", help="switch priority levels (default 2)")
     parser.add_argument("--tau", type=float, default=1.0, help="seconds between decisions (default 1)")
+    parser.add_argument("--on-iteration", action="store_true",
+                        help="also decide at once when an agent reports a finished iteration (the paper's "
+                        "tau = 0; pair with `leveller agent --poll`), not only every --tau")
     parser.add_argument("--lease", type=float, help="seconds agents keep levels without news (default 3 x tau)")
+    parser.add_argument("--stale-after", type=float, metavar="S",
+                        help="forget an agent's jobs and flows when its last report is older (default 3 x tau)")
     parser.add_argument("--paths", default="single", help="path source (see above; default single)")
     parser.add_argument("--reprofile", type=float, metavar="S",
                         help="re-measure ideal times about every S seconds (jittered); default never")
+    parser.add_argument("--job-shape", action="append", default=[], metavar="JOB=C:M[:G]",
+                        help="compute and communication seconds per iteration (and GPUs) of a job: what "
+                        "--policy crux ranks by (GPU intensity G*C/M); jobs without one rank last")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
@@ -42,6 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
+    from leveller.controller.decide import parse_shape
     from leveller.controller.paths import SdnPaths, path_provider
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
@@ -54,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--tau {args.tau}: must be > 0 seconds")
     if args.lease is not None and not args.lease > args.tau:
         raise UserError(f"--lease {args.lease}: must be longer than --tau ({args.tau})")
+    if args.stale_after is not None and not args.stale_after > args.tau:
+        raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
+    shapes = dict(parse_shape(s) for s in args.job_shape)
     secret = load_secret(args.secret_file)
     paths = path_provider(args.paths)
     level_map = default_level_map(args.levels)
@@ -62,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         if level_map.levels != args.levels:
             raise UserError(f"--levels {args.levels}: the SDN app is configured for {level_map.levels} levels")
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
-                     reprofile_interval_s=args.reprofile)
+                     stale_after_s=args.stale_after,
+                     reprofile_interval_s=args.reprofile, shapes=shapes,
+                     on_iteration=args.on_iteration)
     try:
         server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
     except (OSError, RuntimeError) as exc:
@@ -76,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     def on_step(decision: object, error: str | None) -> None:
         d = ctl.decision
         if args.json:
-            print(json.dumps({"epoch": ctl.epoch, "error": error, "order": d.order if d else None,
+            print(json.dumps({"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
                               "rates": d.rates if d else {},
                               "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}), flush=True)
         elif error:

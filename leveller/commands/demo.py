@@ -1,23 +1,31 @@
-"""Main demonstration. For now: the paper's worked examples on the single-link simulator.
+"""Main demonstration: the paper's worked examples on the emulated cluster, on real packets.
 
-  leveller demo                 table of R per policy and job, timelines in ./out/demo
-  leveller demo --json          {"pair": {"fair": [...], "crux": [...], "leveller": [...]}, "trio": {...}}
+  leveller demo                   build the cluster, run everything, print the table, tear down
+  leveller demo --json            only {"pair": {"fair": [R per job], "crux": [...], "leveller": [...]},
+                                  "trio": {...}, ...} on stdout (R measured on the testbed)
+  leveller demo --model-only      the single-link simulator's numbers only (no root needed)
 
-Runs the paper's Figure 3 pair (Job 1 computes 1 / sends 1, Job 2 computes 1 /
-sends 2) and Figure 1 trio (1:2, 1:2, 2:1) under flow-fair share, Crux's
-static priority and LEVELLER's lowest-R-first, measures R over 1500 x the
-longest ideal iteration from a common start, and prints them next to the
-paper's model numbers. Writes one timeline PNG per example (like the
-digest's Figure 1) into --out. The emulated-cluster demo replaces this later.
+What runs (needs root; about 8 minutes on 2 cores): a one-switch testbed (senders h1, h2,
+h3 -> receiver h4, 100 Mbit/s links, two strict-priority levels on the switch port to h4),
+the SDN app (paths, DSCP -> queue mapping), a controller per run and an agent per host
+(eBPF DSCP marking on each host's eth0). Every job shape is first profiled alone on the
+testbed (its ideal iteration time, median of its iterations). Then the paper's Figure 3
+pair (C:M = 1:1 and 1:2) and Figure 1 trio (1:2, 1:2, 2:1) each run under `fair` (no
+priorities), `crux` (static priority by G*C/M) and `leveller` (lowest R first, re-ranked
+at every iteration end). One model time unit is --unit seconds. R per job = iterations x
+ideal time / elapsed, from a common start, is printed next to the fluid model's and the
+paper's numbers; one timeline PNG per run and results.json go to --out. A leftover of a
+crashed demo is removed at the next start; Ctrl-C tears everything down.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from fractions import Fraction
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from leveller.errors import UserError
 
@@ -31,34 +39,39 @@ PAPER: dict[str, dict[str, list[Optional[float]]]] = {
 EXAMPLES = {"pair": ("fig3", 15), "trio": ("fig1-trio", 21)}  # name -> (preset, timeline span)
 
 
-def run(args: argparse.Namespace) -> int:
+def simulate(cycles: int, plots_dir: Optional[Path]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The fluid single-link model of both examples (leveller.sim), optionally with timelines."""
     from leveller.core.policies import make_policy
     from leveller.sim.link import simulate_link
     from leveller.sim.presets import PRESETS
 
-    if args.cycles < 1:
-        raise UserError(f"--cycles must be an integer >= 1, got {args.cycles}")
-    results: dict[str, dict] = {}
+    if cycles < 1:
+        raise UserError(f"--cycles must be an integer >= 1, got {cycles}")
+    results: dict[str, dict[str, Any]] = {}
     for example, (preset, span) in EXAMPLES.items():
         runs = {}
         for key in PAPER[example]:
             policy = make_policy(key.split("-")[0], 4 if key.endswith("tau4") else 0)
-            runs[key] = simulate_link(PRESETS[preset], policy, cycles=args.cycles,
-                                      record_until=Fraction(span) if args.plots else Fraction(0))
+            runs[key] = simulate_link(PRESETS[preset], policy, cycles=cycles,
+                                      record_until=Fraction(span) if plots_dir else Fraction(0))
         results[example] = runs
     pictures = []
-    if args.plots:
+    if plots_dir is not None:
         from leveller.sim.timeline import plot_timelines
 
-        out = Path(args.out)
         for example, runs in results.items():
             panels = [(key.replace("-tau4", ", tau=4"), res) for key, res in runs.items()]
-            path = out / f"{example}-timeline.png"
+            path = plots_dir / f"{example}-model-timeline.png"
             try:
                 plot_timelines(panels, path, Fraction(EXAMPLES[example][1]))
             except OSError as exc:
-                raise UserError(f"--out {args.out}: cannot write {path}: {exc.strerror}") from None
+                raise UserError(f"--out {plots_dir}: cannot write {path}: {exc.strerror}") from None
             pictures.append(str(path))
+    return results, pictures
+
+
+def run_model_only(args: argparse.Namespace) -> int:
+    results, pictures = simulate(args.cycles, Path(args.out) if args.plots else None)
     if args.json:
         doc: dict = {ex: {k: [round(float(r), 6) for r in res.rates] for k, res in runs.items()}
                      for ex, runs in results.items()}
@@ -90,10 +103,127 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise UserError(f"{option} {text!r} is invalid; a comma-separated subset of {', '.join(allowed)}")
+    return items
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model_only:
+        return run_model_only(args)
+    from leveller.demo.live import LiveSettings
+    from leveller.demo.scenario import check_settings
+
+    examples = _names(args.examples, tuple(EXAMPLES), "--examples")
+    policies = _names(args.policies, POLICIES, "--policies")
+    check_settings(args.unit, args.seconds)
+    if os.geteuid() != 0:
+        raise UserError("the live demo needs root (namespaces, OVS, eBPF); run it as root, or "
+                        "`leveller demo --model-only` for the simulator's numbers")
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot create it ({exc.strerror})") from None
+    settings = LiveSettings(unit_s=args.unit, seconds=args.seconds)
+    model, _ = simulate(args.cycles, None)
+    model_rates = {ex: {k: [float(r) for r in res.rates] for k, res in runs.items() if k in POLICIES}
+                   for ex, runs in model.items()}
+    runs, ideal = _run_with_progress(examples, policies, settings, out if args.plots else None, args.name)
+    from leveller.demo.results import json_doc
+
+    doc = json_doc(runs, model_rates, {"unit_s": settings.unit_s, "seconds_per_run": settings.seconds,
+                                       "tau_s": settings.tau_s, "levels": 2, "link_mbps": 100,
+                                       "ideal_s_by_shape": {k: round(v, 4) for k, v in ideal.items()}})
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    _print_tables(doc, out)
+    return 0
+
+
+def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Optional[Path],
+                       name: str) -> tuple[list[Any], dict[str, float]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from leveller.demo.orchestrate import run_demo
+    from leveller.demo.scenario import plan
+
+    shapes = {j.shape for ex in examples for j in plan(ex)}
+    total = len(shapes) * settings.alone_s + len(examples) * len(policies) * settings.seconds
+    console = Console(stderr=True)
+    done: dict[str, float] = {}
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as bar:
+        task = bar.add_task("setting up the cluster", total=total)
+
+        def step(what: str, fraction: float) -> None:
+            weight = settings.alone_s if what.startswith("profiling") else settings.seconds
+            done[what] = fraction * weight
+            bar.update(task, completed=sum(done.values()), description=what)
+
+        def note(message: str) -> None:
+            if not done:
+                bar.update(task, description=message[:28])
+            elif " R = " in message:
+                console.print(message)
+
+        return run_demo(examples, policies, settings, plots, name=name, step=step, note=note)
+
+
+def _print_tables(doc: dict[str, Any], out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from leveller.demo.results import acceptance, table_rows
+
+    console = Console()
+    for example in ("pair", "trio"):
+        rows = table_rows(example, doc)
+        if not rows:
+            continue
+        shapes = ", ".join(f"{c}:{m}" for c, m in __import__("leveller.demo.scenario", fromlist=["SHAPES"])
+                           .SHAPES[example])
+        table = Table(title=f"{example} (C:M = {shapes}): R per job measured on the testbed")
+        table.add_column("policy")
+        for i in range(len(rows[0]) - 3):
+            table.add_column(f"job {i + 1}", justify="right")
+        table.add_column("min", justify="right")
+        table.add_column("avg", justify="right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    console.print("cells: measured R (fluid model; paper). Ideal times profiled alone on the testbed: "
+                  + ", ".join(f"{k} {v:.3f} s" for k, v in doc["settings"]["ideal_s_by_shape"].items()))
+    for name, ok, detail in acceptance(doc):
+        mark = "-" if ok is None else ("[green]pass[/]" if ok else "[red]FAIL[/]")
+        console.print(f"  {mark} {name}: {detail}")
+    for r in doc["runs"]:
+        if r["timeline"]:
+            console.print(f"timeline: {r['timeline']}")
+    console.print(f"results: {out / 'results.json'}")
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="out/demo", metavar="DIR", help="directory for timeline PNGs (default out/demo)")
+    parser.add_argument("--out", default="out/demo", metavar="DIR",
+                        help="directory for timeline PNGs and results.json (default out/demo)")
     parser.add_argument("--no-plots", dest="plots", action="store_false", help="skip the timeline PNGs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (and nothing else) on stdout")
+    parser.add_argument("--unit", type=float, default=0.25, metavar="S",
+                        help="seconds per model time unit (default 0.25: job 1:2 computes 0.25 s, sends 0.5 s)")
+    parser.add_argument("--seconds", type=float, default=60.0, metavar="S",
+                        help="length of each policy run (default 60)")
+    parser.add_argument("--examples", default="pair,trio", help="which examples to run (default pair,trio)")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help=f"which policies to run (default {','.join(POLICIES)})")
+    parser.add_argument("--name", default="demo", help="testbed name, namespaces lvtb-NAME-* (default demo)")
+    parser.add_argument("--model-only", action="store_true",
+                        help="only the fluid single-link model (no cluster, no root)")
     parser.add_argument("--cycles", type=int, default=1500, metavar="N",
-                        help="measure R over N x the longest ideal iteration (default 1500)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+                        help="model: measure R over N x the longest ideal iteration (default 1500)")
     parser.set_defaults(func=run)

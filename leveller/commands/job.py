@@ -41,6 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pace", action="store_true",
                         help="kernel-pace each sender at --rate (SO_MAX_PACING_RATE): use where no link is "
                         "shaped, e.g. on loopback")
+    parser.add_argument("--window", type=int, metavar="BYTES",
+                        help="clamp each connection's TCP window: a flow never has more in flight, so a "
+                        "switch queue larger than that never drops it (emulates a lossless class)")
     parser.add_argument("--log", help="append the iteration lines to this file (what the agent tails)")
     parser.add_argument("--prefix", default="", help="command prefix for every worker, e.g. 'cgexec -g cpu:j1'")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of the lines")
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     spec = JobSpec(name=args.name, workers=tuple(parse_worker(w) for w in args.worker),
                    compute_s=args.compute, comm_s=args.comm, rate_bps=parse_rate(args.rate),
                    pattern=args.pattern, port=args.port, iterations=args.iterations,
-                   duration_s=args.duration, pace=args.pace)
+                   duration_s=args.duration, pace=args.pace, window_bytes=args.window)
     times: list[float] = []
     lock = threading.Lock()
 

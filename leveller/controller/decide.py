@@ -31,6 +31,33 @@ class JobInput:
 
 
 @dataclass(frozen=True)
+class JobShape:
+    """What Crux ranks by: GPUs, compute and communication time per iteration (seconds)."""
+
+    compute: float
+    comm: float
+    gpus: int = 1
+
+
+def parse_shape(text: str) -> tuple[str, JobShape]:
+    """``JOB=C:M[:G]`` (compute s, communication s at full rate, GPUs) as given to ``--job-shape``."""
+    from leveller.errors import UserError
+    from leveller.jobs.logline import check_job_name
+
+    job, _, spec = text.partition("=")
+    parts = spec.split(":")
+    try:
+        compute, comm = float(parts[0]), float(parts[1])
+        gpus = int(parts[2]) if len(parts) == 3 else 1
+        ok = len(parts) in (2, 3) and compute >= 0 and comm > 0 and gpus >= 1
+    except (ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G] with C >= 0 and M > 0 seconds, G >= 1 GPUs")
+    return check_job_name(job), JobShape(compute, comm, gpus)
+
+
+@dataclass(frozen=True)
 class Decision:
     order: list[str] | None
     rates: dict[str, float | None]
@@ -46,11 +73,19 @@ def job_rate(job: JobInput, now: float) -> float | None:
 
 
 def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],
-           links: Mapping[FlowKey, tuple[str, ...] | None], policy: Policy, k: int, now: float) -> Decision:
-    """Levels for ``flows`` (flow -> job) given each flow's links; every flow's job must be in ``jobs``."""
+           links: Mapping[FlowKey, tuple[str, ...] | None], policy: Policy, k: int, now: float,
+           shapes: Mapping[str, JobShape] | None = None) -> Decision:
+    """Levels for ``flows`` (flow -> job) given each flow's links; every flow's job must be in ``jobs``.
+    ``shapes`` gives GPUs / compute / communication per job, which Crux ranks by."""
     rates = {j.name: job_rate(j, now) for j in jobs}
-    views = [JobView(j.name, rate=rates[j.name] if rates[j.name] is not None else (None if j.profiling else 0.0),
-                     profiling=j.profiling) for j in jobs]
+    shapes = shapes or {}
+    views = []
+    for j in jobs:
+        shape = shapes.get(j.name)
+        rate = rates[j.name] if rates[j.name] is not None else (None if j.profiling else 0.0)
+        views.append(JobView(j.name, rate=rate, profiling=j.profiling,
+                             gpus=shape.gpus if shape else 1, compute=shape.compute if shape else None,
+                             comm=shape.comm if shape else None))
     order = policy.order(views)
     resolved = {f: (links.get(f) or (UNKNOWN_PATH,)) for f in flows}
     named = {flow_label(f): Flow(flows[f], tuple(resolved[f])) for f in flows}

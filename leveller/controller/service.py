@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from leveller.controller.decide import Decision, decide
+from leveller.controller.decide import Decision, JobShape, decide
 from leveller.controller.metrics import ControllerMetrics
 from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
@@ -27,10 +27,15 @@ from leveller.rpc.schema import FlowLevel, LevelsReply, Report, flow_label
 class Controller:
     def __init__(self, paths: PathProvider, policy: Policy, level_map: LevelMap, tau_s: float,
                  lease_s: float | None = None, stale_after_s: float | None = None,
-                 reprofile_interval_s: float | None = None, metrics: ControllerMetrics | None = None) -> None:
+                 reprofile_interval_s: float | None = None, metrics: ControllerMetrics | None = None,
+                 shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
+        self.shapes = dict(shapes or {})
+        # on_iteration: also decide as soon as a report shows a finished iteration (the paper's tau = 0)
+        self.on_iteration = on_iteration
+        self._wake = threading.Event()
         self.lease_s = lease_s if lease_s is not None else 3 * tau_s
         self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s)
         self.metrics = metrics or ControllerMetrics()
@@ -43,8 +48,11 @@ class Controller:
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
         with self._lock:
+            before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
             self.metrics.reports.labels(report.host).inc()
+            if self.on_iteration and _progressed(before.report if before else None, report):
+                self._wake.set()
             return self._reply(report)
 
     def _reply(self, report: Report) -> LevelsReply:
@@ -94,7 +102,7 @@ class Controller:
             flows = {k: job for k, (job, _, _) in self.registry.flows(now).items()}
         try:
             links = self.paths.links(sorted(flows))
-            decision = decide(jobs, flows, links, self.policy, self.level_map.levels, now)
+            decision = decide(jobs, flows, links, self.policy, self.level_map.levels, now, self.shapes)
         except Exception as exc:
             with self._lock:
                 self.last_error = f"step at {now:.3f}: {type(exc).__name__}: {exc}"
@@ -136,4 +144,14 @@ class Controller:
                 decision, error = None, f"{type(exc).__name__}: {exc}"
             if on_step:
                 on_step(decision, error)
-            stop.wait(max(0.0, self.tau_s - (time.monotonic() - started)))
+            if self.on_iteration:
+                self._wake.wait(max(0.0, self.tau_s - (time.monotonic() - started)))
+                self._wake.clear()
+            else:
+                stop.wait(max(0.0, self.tau_s - (time.monotonic() - started)))
+
+
+def _progressed(before: Report | None, after: Report) -> bool:
+    """True if ``after`` shows a job with more iterations (or a new job) than ``before``."""
+    seen = {j.job: j.iterations for j in before.jobs} if before else {}
+    return any(j.iterations > seen.get(j.job, -1) for j in after.jobs)

@@ -43,6 +43,8 @@ def worker_argv(spec: JobSpec, rank: int, deadline: float | None, log: str | Non
         argv += ["--log", log]
     if spec.pace:
         argv += ["--pace", repr(spec.rate_bps)]
+    if spec.window_bytes:
+        argv += ["--window", str(spec.window_bytes)]
     return argv
 
 

@@ -11,6 +11,8 @@ from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
 
 PATTERNS = ("push", "ring")
+# TCP payload per frame on a 1500-byte MTU Ethernet link with TCP timestamps: 1448 of 1514 bytes
+TCP_PAYLOAD_SHARE = 1448 / 1514
 _RATE = re.compile(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(?:bit|bps|b/s)?(?:/s)?", re.I)
 _UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _NETNS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -60,6 +62,10 @@ class JobSpec:
     iterations: int | None = None
     duration_s: float | None = None
     pace: bool = False  # kernel-pace senders at rate_bps (no shaped bottleneck needed, e.g. loopback)
+    # payload share of the bytes on the wire: with headers counted (TCP_PAYLOAD_SHARE), M seconds of
+    # communication put exactly M seconds of frames on a link of rate_bps, as the model assumes
+    payload_share: float = 1.0
+    window_bytes: int | None = None  # clamp each connection's TCP window (bytes in flight per flow)
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -74,6 +80,10 @@ class JobSpec:
             raise UserError(f"--comm {self.comm_s}: communication needs at least 2 workers, got 1")
         if not 1024 <= self.port <= 65535 - len(self.workers):
             raise UserError(f"--port {self.port}: must leave room for one port per worker in 1024..65535")
+        if not (math.isfinite(self.payload_share) and 0 < self.payload_share <= 1):
+            raise UserError(f"--payload-share {self.payload_share!r}: must be in (0, 1]")
+        if self.window_bytes is not None and not 4096 <= self.window_bytes <= 1 << 30:
+            raise UserError(f"--window {self.window_bytes!r}: must be 4096..{1 << 30} bytes")
         if self.iterations is None and self.duration_s is None:
             raise UserError("give --iterations or --duration (network traffic must be bounded in time)")
         if self.iterations is not None and self.iterations < 1:
@@ -83,8 +93,9 @@ class JobSpec:
 
     @property
     def bytes_per_iteration(self) -> int:
-        """Bytes each sending worker moves per iteration: M seconds at the bottleneck rate."""
-        return int(round(self.comm_s * self.rate_bps / 8))
+        """Bytes each sending worker moves per iteration: M seconds at the bottleneck rate
+        (times the payload share, when frame headers are to be counted in those M seconds)."""
+        return int(round(self.comm_s * self.rate_bps / 8 * self.payload_share))
 
     def endpoint(self, rank: int) -> tuple[str, int]:
         """The (address, port) worker ``rank`` listens on: base port + rank, so workers may share a host."""

@@ -11,7 +11,10 @@ B = M x rate / 8. The loop stops after ``--iterations`` or at the absolute
 ``--deadline`` (unix time, shared by all ranks); a peer closing its socket
 after the deadline is a normal end, before it an error. With ``--pace BPS``
 the kernel paces every sending socket (SO_MAX_PACING_RATE), so the rate holds
-even without a shaped bottleneck (loopback tests). At the end the worker
+even without a shaped bottleneck (loopback tests). With ``--window BYTES`` every
+connection's TCP window is clamped (TCP_WINDOW_CLAMP), bounding the bytes a flow
+has in flight: below a switch queue's size, a flow starved by strict priority
+waits in the queue instead of losing packets (what a lossless class gives). At the end the worker
 prints ``leveller-done job=J rank=R iterations=N sent=BYTES received=BYTES``.
 """
 
@@ -54,6 +57,7 @@ class WorkerConfig:
     deadline: float | None
     connect_timeout_s: float = 30.0
     pace_bps: float | None = None
+    window_bytes: int | None = None  # TCP_WINDOW_CLAMP on every connection: bytes in flight per flow
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: memoryview) -> int:
@@ -141,6 +145,9 @@ class Worker:
         for s in self._all:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(max(io_timeout, 5.0))
+        if cfg.window_bytes:
+            for s in self._all:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, cfg.window_bytes)
         if cfg.pace_bps:
             for s in self.out:
                 s.setsockopt(socket.SOL_SOCKET, _SO_MAX_PACING_RATE, int(cfg.pace_bps / 8))
@@ -224,10 +231,11 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     p.add_argument("--connect-timeout", type=float, default=30.0)
     p.add_argument("--log", help="append iteration lines to this file too")
     p.add_argument("--pace", type=float, help="kernel pacing rate of sending sockets, bits/s")
+    p.add_argument("--window", type=int, help="clamp every connection's TCP window to this many bytes")
     a = p.parse_args(argv)
     endpoints = tuple((e.rsplit(":", 1)[0].strip("[]"), int(e.rsplit(":", 1)[1])) for e in a.endpoint)
     cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
-                       a.connect_timeout, a.pace)
+                       a.connect_timeout, a.pace, a.window)
     return cfg, a.log
 
 

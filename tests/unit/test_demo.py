@@ -1,4 +1,5 @@
-"""`leveller demo`: the paper's worked examples, table / JSON / timeline PNGs."""
+"""`leveller demo --model-only`: the paper's worked examples on the fluid model (table / JSON / PNGs),
+and the live demo's argument checks (which fail before anything is built)."""
 
 import json
 
@@ -9,8 +10,8 @@ from leveller.cli import main
 TOL = 0.005
 
 
-def test_demo_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    assert main(["demo", "--json", "--out", str(tmp_path)]) == 0
+def test_model_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--model-only", "--json", "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["pair"]["fair"] == pytest.approx([0.75, 0.75], abs=TOL)
     assert out["pair"]["crux"] == pytest.approx([1.0, 0.75], abs=TOL)
@@ -18,16 +19,25 @@ def test_demo_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-un
     assert out["trio"]["fair"] == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
     assert out["trio"]["leveller"] == pytest.approx([0.6, 0.6, 0.6], abs=TOL)
     assert out["trio"]["crux"][1] == pytest.approx(0.0, abs=TOL)
-    for name in ("pair-timeline.png", "trio-timeline.png"):
+    for name in ("pair-model-timeline.png", "trio-model-timeline.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_demo_table(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    assert main(["demo", "--no-plots", "--cycles", "300"]) == 0
+def test_model_table(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--model-only", "--no-plots", "--cycles", "300"]) == 0
     out = capsys.readouterr().out
     assert "pair" in out and "trio" in out and "0.857" in out and "0.600" in out
 
 
-def test_demo_bad_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["demo", "--no-plots", "--cycles", "0"]) == 2
+def test_model_bad_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--model-only", "--no-plots", "--cycles", "0"]) == 2
     assert "--cycles" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, field", [(["--unit", "0"], "--unit"), (["--seconds", "3"], "--seconds"),
+                                         (["--policies", "fair,fifo"], "--policies"),
+                                         (["--examples", "quartet"], "--examples")])
+def test_live_demo_bad_options_fail_before_building(capsys, args, field) -> None:  # type: ignore[no-untyped-def]
+    assert main(["demo", "--no-plots", *args]) == 2
+    err = capsys.readouterr().err
+    assert field in err

@@ -1,0 +1,137 @@
+"""The demo's cluster as one context manager: testbed + SDN app up on entry, all down on exit.
+
+A leftover of a crashed demo (same testbed name) is removed first: processes the
+demo recorded in its pid file (controller, agents), then the testbed itself
+(`Testbed.down` removes namespaces, OVS and the SDN app, and with the
+namespaces every tc filter and BPF program the agents attached).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from leveller.core.topology import topology_from_dict
+from leveller.demo.scenario import topology_dict
+from leveller.testbed.cluster import Testbed
+from leveller.testbed.ovs import stop_pid
+from leveller.testbed.state import DEFAULT_BASE, check_name
+
+PIDS_FILE = "demo-pids.json"
+RTO_MIN_MS = 10
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def demo_run_dir(name: str) -> Path:
+    return DEFAULT_BASE / check_name(name)
+
+
+def record_pid(run_dir: Path, pid: int) -> None:
+    """Remember a process the demo started (so the next start can stop it after a crash)."""
+    path = run_dir / PIDS_FILE
+    pids = json.loads(path.read_text()) if path.exists() else []
+    pids.append(pid)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(pids))
+    tmp.replace(path)
+
+
+def stop_recorded(run_dir: Path) -> int:
+    """Stop every recorded process still running (its command line names ``run_dir``, the work dir)."""
+    path = run_dir / PIDS_FILE
+    if not path.exists():
+        return 0
+    pids = json.loads(path.read_text())
+    for pid in pids:
+        stop_pid(int(pid), str(run_dir))
+    path.unlink(missing_ok=True)
+    return len(pids)
+
+
+class DemoCluster:
+    """Testbed (h1, h2, h3 -> h4 on s1) with the SDN app; ``with DemoCluster(...) as c:``."""
+
+    def __init__(self, name: str = "demo", run_dir: Path | None = None, progress: Progress = _quiet) -> None:
+        self.name = check_name(name)
+        self.run_dir = Path(run_dir) if run_dir else demo_run_dir(name)
+        self.progress = progress
+        self.testbed = Testbed(self.name, self.run_dir)
+        # the demo's own files (secret, logs, process outputs, pid file): next to the testbed's
+        # run directory, never inside it (`testbed down` owns that one)
+        self.work_dir = self.run_dir.parent / f"{self.run_dir.name}.work"
+
+    def cleanup_leftovers(self) -> bool:
+        """Remove what a crashed earlier demo left; True if there was anything."""
+        stopped = stop_recorded(self.work_dir) if self.work_dir.exists() else 0
+        was_up = self.testbed.down(progress=self.progress)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        return bool(stopped) or was_up
+
+    def __enter__(self) -> "DemoCluster":
+        if self.cleanup_leftovers():
+            self.progress("removed the leftovers of an earlier demo")
+        topo = topology_from_dict(topology_dict())
+        self.progress("building the testbed")
+        self.testbed = Testbed.up(topo, self.name, self.run_dir, progress=self.progress)
+        try:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            self._tune_hosts()
+            self.progress("starting the SDN app")
+            self.testbed.start_sdn()
+            self._wait_switches()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _tune_hosts(self) -> None:
+        """Datacenter TCP settings in every host namespace (they go away with it): long-lived
+        training connections keep their window across the compute phase (no slow start after
+        idle), and a lost segment is resent after RTO_MIN_MS, not Linux's WAN default of 200 ms
+        (datacenters lower it against incast; here a 200 ms stall is a third of an iteration)."""
+        from leveller.testbed.ovs import run
+
+        topo = self.testbed.topology
+        for host in self.testbed.state.host_netns:
+            run(self.testbed.exec_argv(host, ["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"]))
+            run(self.testbed.exec_argv(host, ["ip", "route", "replace", topo.subnet, "dev", "eth0",
+                                              "src", topo.host(host).ip, "rto_min", f"{RTO_MIN_MS}ms"]))
+
+    def _wait_switches(self, timeout: float = 30.0) -> None:
+        from sdn.client import SdnClient
+
+        client = SdnClient.for_run_dir(self.run_dir)
+        deadline = time.monotonic() + timeout
+        health: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                health = client.health()
+                if health["switches"] and all(health["switches"].values()):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"switches did not connect to the SDN app in {timeout:.0f} s: {health}")
+
+    def netns(self, host: str) -> str:
+        return self.testbed.netns(host)
+
+    def ip(self, host: str) -> str:
+        return self.testbed.topology.host(host).ip
+
+    def close(self) -> None:
+        try:
+            stop_recorded(self.work_dir)
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        finally:
+            self.testbed.down(progress=self.progress)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,210 @@
+"""One policy run on the live cluster: controller + one agent per host + the jobs, then R.
+
+Everything is a real process: `leveller controller` (policy, tau, paths from the
+SDN app), `leveller agent` per host (eBPF datapath on the host's eth0 inside its
+namespace, iteration logs, flow attribution by port), and the job emulator's
+workers in the host namespaces. Processes are stopped on exit, error or Ctrl-C;
+each pid is recorded so a crashed demo's processes are stopped at the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from leveller.demo.cluster import DemoCluster, record_pid
+from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
+from leveller.demo.scenario import LEVELS, LINK_MBPS, RECEIVER, JobPlan
+from leveller.testbed.ovs import stop_pid
+
+Tick = Callable[[float], None]  # fraction of the run done
+# Bytes in flight per flow: two flows sharing a level stay below the switch's 100-packet queue, so
+# strict priority delays a starved flow without losses and RTOs (the paper's classes are lossless).
+WINDOW_BYTES = 64 * 1024
+
+
+def _noop(_: float) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    unit_s: float = 0.25  # seconds per model time unit
+    seconds: float = 60.0  # length of one policy run
+    tau_s: float = 0.1  # controller decision period
+    interval_s: float = 0.1  # agent report period (and at once when an iteration ends)
+    poll_s: float = 0.01  # agents read the job logs this often
+    lease_s: float = 2.0
+    stale_after_s: float = 1.0
+    alone_s: float = 10.0  # profiling run per job shape
+
+
+@dataclass
+class RunOutput:
+    """What one run produced: the job logs, the controller's decisions, the measurement window."""
+
+    logs: dict[str, JobLog]
+    decisions: list[dict[str, Any]]
+    t_start: float
+    t_end: float
+    rates: dict[str, float] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leveller.cli", *args]
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], out: Path, work_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` with stdout/stderr in ``out``; on exit SIGINT (clean shutdown), then kill."""
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    record_pid(work_dir, proc.pid)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                stop_pid(proc.pid, str(work_dir))
+                proc.wait()
+
+
+def _wait_for(what: str, ready: Callable[[], bool], procs: Sequence[subprocess.Popen[bytes]],
+              outputs: Sequence[Path], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        for p, out in zip(procs, outputs):
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: a process exited ({p.returncode}): {out.read_text()[-800:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{what}: not ready after {timeout:.0f} s")
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def job_spec(cluster: DemoCluster, job: JobPlan, unit_s: float, seconds: float) -> Any:
+    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
+
+    workers = (WorkerPlace(cluster.ip(RECEIVER), cluster.netns(RECEIVER)),
+               WorkerPlace(cluster.ip(job.sender), cluster.netns(job.sender)))
+    return JobSpec(job.name, workers, job.compute_s(unit_s), job.comm_s(unit_s), LINK_MBPS * 1e6,
+                   pattern="push", port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE,
+                   window_bytes=WINDOW_BYTES)
+
+
+def _run_jobs(cluster: DemoCluster, jobs: Sequence[JobPlan], log_dir: Path, unit_s: float, seconds: float,
+              tick: Tick) -> tuple[dict[str, JobLog], float, float]:
+    """Start every job at once, wait for the end; returns the logs and the common window."""
+    from leveller.jobs.launcher import JobRun
+
+    paths = {j.name: log_dir / f"{j.name}.log" for j in jobs}
+    with contextlib.ExitStack() as stack:
+        runs = [stack.enter_context(JobRun(job_spec(cluster, j, unit_s, seconds), log=str(paths[j.name])))
+                for j in jobs]
+        t_start = min(r.started_at for r in runs)
+        t_end = min(r.deadline for r in runs if r.deadline is not None)
+        while time.time() < t_end:
+            tick(min(1.0, (time.time() - t_start) / seconds))
+            time.sleep(0.25)
+        for j, r in zip(jobs, runs):
+            results = r.wait(grace_s=15)
+            failed = [w for w in results if w.returncode not in (0, None) and w.iterations == 0]
+            if failed:
+                raise RuntimeError(f"job {j.name} failed: worker {failed[0].rank} exit {failed[0].returncode}: "
+                                   f"{failed[0].stderr.strip()[-500:]}")
+    tick(1.0)
+    lines: list[str] = []
+    for p in paths.values():
+        if p.exists():
+            lines += p.read_text().splitlines()
+    return parse_logs(lines), t_start, t_end
+
+
+def profile_alone(cluster: DemoCluster, job: JobPlan, settings: LiveSettings, tick: Tick = _noop) -> float:
+    """Ideal iteration time of ``job``'s shape: the job runs alone on the testbed (whole link, any
+    priority is the top one), median iteration time via leveller.core.profiling."""
+    log_dir = cluster.work_dir / f"alone-{job.shape.replace(':', '-')}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs, _, _ = _run_jobs(cluster, [job], log_dir, settings.unit_s, settings.alone_s, tick)
+    if job.name not in logs:
+        raise RuntimeError(f"profiling {job.name} ({job.shape}) alone: no iteration lines in {log_dir}")
+    return ideal_from_alone(logs[job.name])
+
+
+def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[JobPlan], ideal: dict[str, float],
+               settings: LiveSettings, tick: Tick = _noop) -> RunOutput:
+    """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs."""
+    work = cluster.work_dir / tag
+    work.mkdir(parents=True, exist_ok=True)
+    secret = cluster.work_dir / "secret"
+    if not secret.exists():
+        secret.write_text(os.urandom(24).hex())
+        secret.chmod(0o600)
+    port = free_port()
+    bound = str(settings.seconds + 60)  # every process ends by itself even if we vanish
+    ctl_argv = _cli("controller", "--listen", f"127.0.0.1:{port}", "--secret-file", str(secret),
+                    "--policy", policy, "--levels", str(LEVELS), "--tau", str(settings.tau_s),
+                    "--lease", str(settings.lease_s), "--stale-after", str(settings.stale_after_s),
+                    "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json", "--duration", bound)
+    for j in jobs:
+        ctl_argv += ["--job-shape", f"{j.name}={j.compute_s(settings.unit_s)}:{j.comm_s(settings.unit_s)}"]
+    logs = {j.name: work / f"{j.name}.log" for j in jobs}
+    with contextlib.ExitStack() as stack:
+        ctl_out = work / "controller.jsonl"
+        ctl = stack.enter_context(_process(ctl_argv, ctl_out, cluster.work_dir))
+        _wait_for("controller", lambda: _port_open(port), [ctl], [ctl_out])
+        agents, outs = [], []
+        for host in sorted({j.sender for j in jobs} | {RECEIVER}):
+            mine = [j for j in jobs if host in (j.sender, RECEIVER)]
+            argv = _cli("agent", "--controller", f"127.0.0.1:{port}", "--secret-file", str(secret),
+                        "--host", host, "--dev", "eth0", "--netns", cluster.netns(host),
+                        "--interval", str(settings.interval_s), "--poll", str(settings.poll_s),
+                        "--duration", bound, "--json")
+            for j in mine:
+                argv += ["--log", str(logs[j.name]), "--job-ports", j.ports,
+                         "--ideal-time", f"{j.name}={ideal[j.name]:.6f}"]
+            out = work / f"agent-{host}.jsonl"
+            agents.append(stack.enter_context(_process(argv, out, cluster.work_dir)))
+            outs.append(out)
+        _wait_for("agents", lambda: all(o.exists() and o.stat().st_size > 0 for o in outs), agents, outs)
+        job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.unit_s, settings.seconds, tick)
+    decisions = []
+    for line in ctl_out.read_text().splitlines():
+        try:
+            decisions.append(json.loads(line))
+        except ValueError:
+            continue
+    out = RunOutput(job_logs, decisions, t_start, t_end)
+    for j in jobs:
+        if j.name not in job_logs:
+            raise RuntimeError(f"{tag}: job {j.name} logged no iterations (see {logs[j.name]})")
+        out.rates[j.name] = measured_rate(job_logs[j.name], ideal[j.name], t_end)
+    return out
+

@@ -1,0 +1,77 @@
+"""R measured from the jobs' iteration logs (leveller.jobs.logline lines). Pure.
+
+R_j = N_j(t_end) x T_j / (t_end - t0_j): iterations finished by the end of the
+run times the ideal iteration time profiled alone, over the time since the job
+started (its ``iter=0`` line), transient included, as the paper measures it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from leveller.core.profiling import estimate_ideal_time
+from leveller.core.rate import progress_rate
+
+_LINE = re.compile(r"leveller-iter job=(?P<job>\S+) rank=\d+ iter=(?P<iter>\d+) t=(?P<t>[0-9.]+)")
+
+
+@dataclass
+class JobLog:
+    """Iteration ends of one job (the earliest time each iteration count was logged by any rank)."""
+
+    job: str
+    start: float | None = None
+    ends: dict[int, float] = field(default_factory=dict)
+
+    def iterations_by(self, t: float) -> int:
+        return max((n for n, when in self.ends.items() if when <= t), default=0)
+
+    def end_times(self) -> list[float]:
+        return [self.ends[n] for n in sorted(self.ends)]
+
+
+def parse_logs(lines: Iterable[str]) -> dict[str, JobLog]:
+    """Group iteration lines by job; other lines are ignored."""
+    jobs: dict[str, JobLog] = {}
+    for line in lines:
+        m = _LINE.search(line)
+        if m is None:
+            continue
+        log = jobs.setdefault(m["job"], JobLog(m["job"]))
+        n, t = int(m["iter"]), float(m["t"])
+        if n == 0:
+            log.start = t if log.start is None else min(log.start, t)
+        elif n not in log.ends or t < log.ends[n]:
+            log.ends[n] = t
+    return jobs
+
+
+def ideal_from_alone(log: JobLog, skip: int = 1) -> float:
+    """Ideal iteration time of a job that ran alone: the median iteration duration
+    (leveller.core.profiling), leaving out the first ``skip`` iterations (TCP slow start)."""
+    times = ([log.start] if log.start is not None else []) + log.end_times()
+    durations = [b - a for a, b in zip(times, times[1:])][skip:]
+    return float(estimate_ideal_time(durations))
+
+
+def measured_rate(log: JobLog, ideal_s: float, t_end: float) -> float:
+    """R of a job at ``t_end`` from its log (ValueError if the job never started)."""
+    if log.start is None:
+        raise ValueError(f"job {log.job}: no start line (iter=0) in its log")
+    return float(progress_rate(log.iterations_by(t_end), ideal_s, log.start, t_end))
+
+
+def rate_series(log: JobLog, ideal_s: float, times: Sequence[float]) -> list[float | None]:
+    """R(t) at each of ``times`` (None before the job started)."""
+    out: list[float | None] = []
+    for t in times:
+        out.append(None if log.start is None or t <= log.start else measured_rate(log, ideal_s, t))
+    return out
+
+
+def top_job_changes(decisions: Sequence[dict[str, Any]]) -> int:
+    """How often the controller's first-ranked job changed (0 for static or no priority)."""
+    tops = [d["order"][0] for d in decisions if d.get("order")]
+    return sum(1 for a, b in zip(tops, tops[1:]) if a != b)

@@ -1,0 +1,83 @@
+"""What the demo runs: the paper's examples as emulated jobs on a one-switch testbed. Pure.
+
+Topology: senders h1, h2, h3 and receiver h4 on switch s1, every link LINK_MBPS,
+two strict-priority levels. Every job has two workers (push pattern): rank 0 on
+h4 receives, rank 1 on its own sender host sends, so all jobs meet on the switch
+port towards h4 and nowhere else (each sender host carries one job).
+One model time unit is ``unit_s`` seconds: a job C:M computes C units and sends
+M units' worth of bytes at the link rate per iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from leveller.errors import UserError
+
+LINK_MBPS = 100.0
+LEVELS = 2
+RECEIVER = "h4"
+SENDERS = ("h1", "h2", "h3")
+BASE_PORT = 21000  # below the ephemeral range, so a flow's port names its job unambiguously
+PORT_STRIDE = 10
+POLICIES = ("fair", "crux", "leveller")
+
+# Paper model numbers (digest sections 2 and 3.2); None where the paper gives none.
+PAPER: dict[str, dict[str, list[Optional[float]]]] = {
+    "pair": {"fair": [0.75, 0.75], "crux": [1.0, 0.75], "leveller": [0.857, 0.857]},
+    "trio": {"fair": [0.5, 0.5, 0.667], "crux": [None, 0.0, None], "leveller": [0.6, 0.6, 0.6]},
+}
+SHAPES: dict[str, tuple[tuple[int, int], ...]] = {  # example -> (C, M) per job, in model units
+    "pair": ((1, 1), (1, 2)),
+    "trio": ((1, 2), (1, 2), (2, 1)),
+}
+
+
+def topology_dict() -> dict[str, Any]:
+    """The demo's star: h1..h4 on s1 (input for leveller.core.topology.topology_from_dict)."""
+    hosts = [*SENDERS, RECEIVER]
+    return {"switches": [{"name": "s1"}], "hosts": [{"name": h} for h in hosts],
+            "links": [{"a": h, "b": "s1", "rate_mbps": LINK_MBPS} for h in hosts], "levels": LEVELS}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One emulated job of an example."""
+
+    name: str
+    compute_units: int
+    comm_units: int
+    sender: str
+    port: int  # rank 0 listens on port, rank 1 on port + 1
+
+    @property
+    def shape(self) -> str:
+        return f"{self.compute_units}:{self.comm_units}"
+
+    def compute_s(self, unit_s: float) -> float:
+        return self.compute_units * unit_s
+
+    def comm_s(self, unit_s: float) -> float:
+        return self.comm_units * unit_s
+
+    @property
+    def ports(self) -> str:
+        """``JOB=LOW-HIGH`` for the agent's --job-ports."""
+        return f"{self.name}={self.port}-{self.port + 1}"
+
+
+def plan(example: str) -> list[JobPlan]:
+    """The jobs of ``example`` ('pair' or 'trio'), job i+1 on sender host i+1."""
+    if example not in SHAPES:
+        raise UserError(f"example = {example!r} is invalid; allowed: {', '.join(SHAPES)}")
+    return [JobPlan(f"j{i + 1}", c, m, SENDERS[i], BASE_PORT + PORT_STRIDE * i)
+            for i, (c, m) in enumerate(SHAPES[example])]
+
+
+def check_settings(unit_s: float, seconds: float) -> None:
+    """Validate the time unit and run length (names the option and what is allowed)."""
+    if not 0.05 <= unit_s <= 2.0:
+        raise UserError(f"--unit {unit_s!r} is invalid; seconds per model time unit in [0.05, 2]")
+    if not 10 <= seconds <= 600:
+        raise UserError(f"--seconds {seconds!r} is invalid; seconds per policy run in [10, 600]")

@@ -1,0 +1,107 @@
+"""Pure parts of the live demo: R from iteration logs, the job plan, the JSON document, the checks."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leveller.demo.measure import ideal_from_alone, measured_rate, parse_logs, rate_series, top_job_changes
+from leveller.demo.plots import top_spans
+from leveller.demo.results import RunResult, acceptance, json_doc, table_rows
+from leveller.demo.scenario import plan, topology_dict
+from leveller.core.topology import topology_from_dict
+from leveller.errors import UserError
+
+
+def line(job: str, n: int, t: float, rank: int = 0) -> str:
+    return f"leveller-iter job={job} rank={rank} iter={n} t={t:.6f}"
+
+
+def test_rate_counts_iterations_finished_by_the_end_from_the_job_start() -> None:
+    logs = parse_logs([line("a", 0, 100.0), line("a", 1, 100.5), line("a", 2, 101.0, rank=1),
+                       line("a", 2, 101.1), "noise", line("a", 3, 102.5)])
+    # 2 iterations by t=102 (the third ended after), ideal 0.5 s, 2 s elapsed
+    assert measured_rate(logs["a"], 0.5, 102.0) == pytest.approx(0.5)
+    assert logs["a"].ends[2] == 101.0  # earliest rank wins
+    assert rate_series(logs["a"], 0.5, [99.0, 101.0]) == [None, pytest.approx(1.0)]
+
+
+def test_rate_without_start_line_is_an_error() -> None:
+    logs = parse_logs([line("a", 1, 1.0)])
+    with pytest.raises(ValueError, match="no start line"):
+        measured_rate(logs["a"], 1.0, 2.0)
+
+
+def test_ideal_alone_is_the_median_after_the_first_iteration() -> None:
+    logs = parse_logs([line("a", 0, 0.0), line("a", 1, 0.9), line("a", 2, 1.4), line("a", 3, 1.9),
+                       line("a", 4, 2.6), line("a", 5, 3.1)])
+    assert ideal_from_alone(logs["a"]) == pytest.approx(0.5)  # 0.9 (slow start) left out; 0.7 outvoted
+
+
+@given(st.integers(1, 30), st.floats(0.1, 2.0))
+def test_a_job_at_its_ideal_speed_has_rate_one_at_each_iteration_end(count, ideal) -> None:
+    times, t = [line("j", 0, 0.0)], 0.0
+    for n in range(1, count + 1):
+        t += ideal
+        times.append(line("j", n, t))
+    log = parse_logs(times)["j"]
+    t = log.end_times()[-1]  # as logged (6 decimals)
+    assert measured_rate(log, ideal, t) == pytest.approx(1.0, rel=1e-4)
+    assert measured_rate(log, ideal, t + ideal / 2) < 1.0
+
+
+def test_top_job_changes_and_spans() -> None:
+    decisions = [{"t": 0.0, "order": []}, {"t": 1.0, "order": ["a", "b"]}, {"t": 2.0, "order": ["b", "a"]},
+                 {"t": 3.0, "order": ["b", "a"]}, {"t": 4.0, "order": ["a", "b"]}]
+    assert top_job_changes(decisions) == 2
+    assert top_spans(decisions, 5.0) == {"a": [(1.0, 1.0), (4.0, 1.0)], "b": [(2.0, 1.0), (3.0, 1.0)]}
+
+
+def test_plan_puts_each_job_on_its_own_sender_and_port_range() -> None:
+    trio = plan("trio")
+    assert [(j.shape, j.sender) for j in trio] == [("1:2", "h1"), ("1:2", "h2"), ("2:1", "h3")]
+    ranges = [(j.port, j.port + 1) for j in trio]
+    assert all(b[0] > a[1] for a, b in zip(ranges, ranges[1:]))
+    assert all(j.port + 1 < 32768 for j in trio)  # below the ephemeral range
+    assert trio[0].ports == f"j1={trio[0].port}-{trio[0].port + 1}"
+    with pytest.raises(UserError, match="example"):
+        plan("quartet")
+    topo = topology_from_dict(topology_dict())
+    assert topo.levels == 2 and {h.name for h in topo.hosts} == {"h1", "h2", "h3", "h4"}
+
+
+def _runs(pair_l, pair_f, pair_c, trio_l, trio_f):
+    out = []
+    for ex, pol, rates in (("pair", "leveller", pair_l), ("pair", "fair", pair_f), ("pair", "crux", pair_c),
+                           ("trio", "leveller", trio_l), ("trio", "fair", trio_f)):
+        n = len(rates)
+        out.append(RunResult(ex, pol, [f"j{i + 1}" for i in range(n)], rates, [10] * n, [0.5] * n, 60.0))
+    return out
+
+
+def test_json_shape_and_acceptance_pass() -> None:
+    doc = json_doc(_runs([0.85, 0.86], [0.75, 0.79], [0.99, 0.7], [0.62, 0.61, 0.6], [0.56, 0.55, 0.66]),
+                   {"pair": {"fair": [0.75, 0.75]}}, {"unit_s": 0.25})
+    assert doc["pair"] == {"leveller": [0.85, 0.86], "fair": [0.75, 0.79], "crux": [0.99, 0.7]}
+    assert doc["trio"]["fair"] == [0.56, 0.55, 0.66]
+    assert "crux" not in doc["trio"]
+    assert all(doc["acceptance"][k] for k in doc["acceptance"] if "crux" not in k or "pair" in k)
+    checks = {name: ok for name, ok, _ in acceptance(doc)}
+    assert all(checks.values())
+    rows = table_rows("pair", doc)
+    assert [r[0] for r in rows] == ["fair", "crux", "leveller"]
+    assert rows[0][1] == "0.750 (0.750; 0.750)" and rows[0][-2:] == ["0.750", "0.770"]
+
+
+def test_acceptance_fails_when_leveller_is_no_better_than_fair() -> None:
+    doc = json_doc(_runs([0.81, 0.86], [0.75, 0.79], [0.99, 0.8], [0.59, 0.61, 0.6], [0.57, 0.58, 0.66]),
+                   {}, {})
+    checks = {name: ok for name, ok, _ in acceptance(doc)}
+    assert checks["pair leveller min R >= 0.82"] is False
+    assert checks["pair crux job 2 R <= 0.78"] is False
+    assert checks["trio leveller min R >= 0.58"] is True
+    assert checks["trio leveller min R >= fair min R + 0.03"] is False
+
+
+def test_acceptance_reports_runs_not_done() -> None:
+    checks = acceptance({"pair": {"leveller": [0.9, 0.9]}})
+    assert [ok for _, ok, _ in checks] == [True, None, None, None, None]
