@@ -16,8 +16,13 @@ def top_spans(decisions: Sequence[Mapping[str, Any]], t_end: float) -> dict[str,
     spans: dict[str, list[tuple[float, float]]] = {}
     points = [(d["t"], d["order"][0] if d.get("order") else None) for d in decisions if "t" in d]
     for (t, job), (t_next, _) in zip(points, points[1:] + [(t_end, None)]):
-        if job is not None and t_next > t:
-            spans.setdefault(job, []).append((t, t_next - t))
+        if job is None or t_next <= t:
+            continue
+        mine = spans.setdefault(job, [])
+        if mine and abs(mine[-1][0] + mine[-1][1] - t) < 1e-9:
+            mine[-1] = (mine[-1][0], t_next - mine[-1][0])  # contiguous: one longer span
+        else:
+            mine.append((t, t_next - t))
     return spans
 
 
@@ -52,7 +57,7 @@ def plot_run(path: Path, run: Any, out: Any, ideal: Mapping[str, float]) -> None
         c = colors[i % len(colors)]
         y = len(run.jobs) - 1 - i
         ax_p.broken_barh([(s - t0, w) for s, w in spans.get(job, []) if s - t0 < DETAIL_S], (y - 0.35, 0.7),
-                         color=c, alpha=0.35)
+                         color=c, alpha=0.35, linewidth=0)
         ends = [t - t0 for t in out.logs[job].end_times() if t - t0 < DETAIL_S]
         ax_p.vlines(ends, y - 0.4, y + 0.4, color=c)
     ax_p.set_yticks(range(len(run.jobs)), list(reversed(run.jobs)))
