@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim demo test test-unit bench clean down
+.PHONY: setup system venv shim torch demo test test-unit bench clean
 
 setup: system venv shim
 
@@ -20,6 +20,13 @@ venv: $(STAMP)
 
 shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -s -C shim; fi
+
+# Optional extra: PyTorch (CPU build) for the real torch.distributed training job.
+# Pinned to the release this kind of machine keeps on disk; elsewhere pip downloads it.
+TORCH := torch==2.13.0
+torch: venv
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check $(TORCH) \
+		2> >(grep -v "^WARNING: Location 'file:" >&2)
 
 demo: setup
 	$(VENV)/bin/leveller demo
