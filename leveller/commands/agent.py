@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import math
+import signal
 import socket
 import threading
 from typing import Any, Iterator, Mapping
@@ -49,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="read the job logs every S seconds between reports and report at once when an "
                         "iteration ended, so the controller can re-rank at iteration ends (default 0.02; 0 = off)")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--rdma", action="store_true",
+                        help="also level the RDMA queue pairs of processes running under the shim "
+                             "(LD_PRELOAD=shim/build/libleveller_shim.so): traffic class = DSCP << 2")
     parser.add_argument("--no-push", action="store_true",
                         help="take levels only from report replies (default: also keep a Watch call open, so "
                         "a new decision arrives within milliseconds instead of up to --interval later)")
@@ -93,6 +98,21 @@ def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
         yield BpfFlowSource(dp), BpfEnforcer(dp)
 
 
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``stop`` instead of raising where they land, so shutdown always takes
+    the normal path (clear marks, detach BPF); SIGUSR1 dumps every thread's stack to stderr."""
+    handler = lambda _sig, _frame: stop.set()  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        yield
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def run(args: argparse.Namespace) -> int:
     from leveller.agent.rate_tracker import LogTailer, RateTracker
     from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
@@ -128,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
 
     with ControllerClient(args.controller, secret) as client, _datapath(args.dev, args.netns) as (flows, enf):
+        if args.rdma:
+            from leveller.agent.enforce_shim import add_shim
+            flows, enf, classifier = add_shim(flows, enf, classifier)
         agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
                       ideal_times=_ideal_times(args.ideal_time))
         timer = threading.Timer(args.duration, stop.set) if args.duration else None
@@ -138,9 +161,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             if watcher:
                 watcher.start()
-            agent.run(args.interval, stop, on_step, poll_s=args.poll or None)
-        except KeyboardInterrupt:
-            pass
+            with _stop_on_signals(stop):
+                agent.run(args.interval, stop, on_step, poll_s=args.poll or None)
         finally:
             stop.set()
             if watcher:

@@ -77,9 +77,15 @@ class Proc:
         self.p.wait(10)
 
     def interrupt(self, timeout_s: float = 20) -> int:
+        """SIGINT and wait; a process that does not stop fails the test with its threads' stacks."""
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGINT)
-        return self.p.wait(timeout_s)
+        try:
+            return self.p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.p.send_signal(signal.SIGUSR1)  # `leveller agent` dumps every thread's stack
+            time.sleep(1)
+            raise AssertionError(f"still running {timeout_s:g} s after SIGINT:\n{self.output()}") from None
 
     def __enter__(self) -> "Proc":
         return self
