@@ -5,7 +5,7 @@
                                   "trio": {...}, ...} on stdout (R measured on the testbed)
   leveller demo --model-only      the single-link simulator's numbers only (no root needed)
 
-What runs (needs root; about 8 minutes on 2 cores): a one-switch testbed (senders h1, h2,
+What runs (needs root; about 7 minutes on 2 cores): a one-switch testbed (senders h1, h2,
 h3 -> receiver h4, 100 Mbit/s links, two strict-priority levels on the switch port to h4),
 the SDN app (paths, DSCP -> queue mapping), a controller per run and an agent per host
 (eBPF DSCP marking on each host's eth0). Every job shape is first profiled alone on the
@@ -16,6 +16,11 @@ at every iteration end). One model time unit is --unit seconds. R per job = iter
 ideal time / elapsed, from a common start, is printed next to the fluid model's and the
 paper's numbers; one timeline PNG per run and results.json go to --out. A leftover of a
 crashed demo is removed at the next start; Ctrl-C tears everything down.
+
+Transport as in a training cluster: hosts use datacenter TCP settings (RTO min 10 ms, no
+slow start after idle), each job connection's window is clamped to 64 KB (below a switch
+queue, so strict priority delays a flow without dropping it: the paper's classes are
+lossless), and a job C:M sends M units of frames on the wire (headers counted).
 """
 
 from __future__ import annotations

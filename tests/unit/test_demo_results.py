@@ -105,3 +105,22 @@ def test_acceptance_fails_when_leveller_is_no_better_than_fair() -> None:
 def test_acceptance_reports_runs_not_done() -> None:
     checks = acceptance({"pair": {"leveller": [0.9, 0.9]}})
     assert [ok for _, ok, _ in checks] == [True, None, None, None, None]
+
+
+def test_demo_jobs_count_frame_headers_and_clamp_their_window() -> None:
+    from leveller.jobs.launcher import worker_argv
+    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
+
+    workers = (WorkerPlace("10.0.0.4"), WorkerPlace("10.0.0.1"))
+    plain = JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10)
+    framed = JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=TCP_PAYLOAD_SHARE,
+                     window_bytes=65536)
+    assert plain.bytes_per_iteration == 6_250_000  # 0.5 s at 100 Mbit/s
+    # 1448 payload bytes per 1514-byte frame: 0.5 s of frames on the wire
+    assert framed.bytes_per_iteration == round(6_250_000 * 1448 / 1514)
+    argv = worker_argv(framed, 1, None, None)
+    assert argv[argv.index("--window") + 1] == "65536" and "--window" not in worker_argv(plain, 1, None, None)
+    with pytest.raises(UserError, match="--window"):
+        JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, window_bytes=100)
+    with pytest.raises(UserError, match="--payload-share"):
+        JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=1.5)
