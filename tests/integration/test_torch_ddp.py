@@ -259,9 +259,15 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
         with ControllerClient(address, SECRET.encode()) as client:
             def job_flows() -> list[dict[str, Any]]:
                 return [f for f in client.status()["flows"] if f["job"] == JOB]
-            time.sleep(0.6)  # a report with the final counters
-            flows = _wait(job_flows, 5, lambda: f"flows of {JOB} at the controller: {client.status()}")
+
+            def final_flows() -> list[dict[str, Any]] | None:  # a report with the final counters arrived
+                flows = job_flows()
+                return flows if sum(f["bytes"] for f in flows) >= 0.95 * iterations * grad_bytes else None
+            _wait(final_flows, 10, lambda: f"{iterations} x {grad_bytes} B in the flows of {JOB} at the "
+                  f"controller: {client.status()}")
+            time.sleep(0.5)
             status = client.status()
+            flows = [f for f in status["flows"] if f["job"] == JOB]
         assert all(f["host"] == "ha" and f["flow"].startswith(f"tcp {pair.ip_a}:") for f in flows), flows
         assert not any(control in f["flow"] for f in status["flows"]), f"control flow attributed: {status}"
         sent = sum(f["bytes"] for f in flows)
