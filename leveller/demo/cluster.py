@@ -9,6 +9,7 @@ namespaces every tc filter and BPF program the agents attached).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from leveller.core.topology import topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.ovs import stop_pid
+from leveller.errors import UserError
 from leveller.testbed.state import DEFAULT_BASE, check_name
 
 PIDS_FILE = "demo-pids.json"
@@ -66,6 +68,8 @@ class DemoCluster:
         # the demo's own files (secret, logs, process outputs, pid file): next to the testbed's
         # run directory, never inside it (`testbed down` owns that one)
         self.work_dir = self.run_dir.parent / f"{self.run_dir.name}.work"
+        self._lock_fd: int | None = None
+        self._lock_path = self.run_dir
 
     def cleanup_leftovers(self) -> bool:
         """Remove what a crashed earlier demo left; True if there was anything."""
@@ -74,7 +78,36 @@ class DemoCluster:
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return bool(stopped) or was_up
 
+    def _lock(self) -> None:
+        """One demo per name at a time: a second one would tear the first one's testbed down."""
+        import fcntl
+
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir.parent / f"{self.run_dir.name}.demo-lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"another demo with testbed name {self.name!r} is running ({path} is locked); "
+                            "wait for it or pick another --name") from None
+        self._lock_fd, self._lock_path = fd, path
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:  # the file stays: unlinking it would race a waiting opener
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def __enter__(self) -> "DemoCluster":
+        self._lock()
+        try:
+            self._up()
+        except BaseException:
+            self._unlock()
+            raise
+        return self
+
+    def _up(self) -> None:
         if self.cleanup_leftovers():
             self.progress("removed the leftovers of an earlier demo")
         topo = topology_from_dict(topology_dict())
@@ -89,7 +122,6 @@ class DemoCluster:
         except BaseException:
             self.close()
             raise
-        return self
 
     def _tune_hosts(self) -> None:
         """Datacenter TCP settings in every host namespace (they go away with it): long-lived
@@ -134,4 +166,8 @@ class DemoCluster:
             self.testbed.down(progress=self.progress)
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._unlock()
+

@@ -124,3 +124,17 @@ def test_demo_jobs_count_frame_headers_and_clamp_their_window() -> None:
         JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, window_bytes=100)
     with pytest.raises(UserError, match="--payload-share"):
         JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=1.5)
+
+
+def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from leveller.demo.cluster import DemoCluster
+
+    first, second = DemoCluster("dx", tmp_path / "run"), DemoCluster("dx", tmp_path / "run")
+    first._lock()
+    try:
+        with pytest.raises(UserError, match="another demo"):
+            second._lock()
+    finally:
+        first._unlock()
+    second._lock()  # free again
+    second._unlock()
