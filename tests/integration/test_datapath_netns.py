@@ -24,6 +24,8 @@ import pytest
 from leveller.agent.flow_structs import FlowKey
 from leveller.errors import UserError
 
+from .support import fresh_cgroup
+
 pytestmark = pytest.mark.privileged
 
 PHASE1 = 3_000_000  # bytes sent before the flow gets its DSCP
@@ -54,14 +56,6 @@ print("done", flush=True)
 """
 
 
-def cgroup2_mount() -> Path:
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split()[0] == "cgroup2":
-            return Path(left.split()[4])
-    pytest.fail("no cgroup2 file system mounted (needed for bpf_skb_cgroup_id)")
-
-
 @pytest.fixture()
 def pair() -> Iterator[object]:
     from leveller.testbed.vethpair import VethPair
@@ -73,17 +67,8 @@ def pair() -> Iterator[object]:
 
 @pytest.fixture()
 def cgroup() -> Iterator[Path]:
-    path = cgroup2_mount() / f"leveller-test-{os.getpid()}-{secrets.token_hex(3)}"
-    path.mkdir()
-    try:
+    with fresh_cgroup("leveller-test") as path:
         yield path
-    finally:
-        for _ in range(50):
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
 
 
 class Capture(threading.Thread):

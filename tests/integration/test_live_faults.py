@@ -17,16 +17,13 @@ Unit tests cover the schema and transport pieces; this checks the assembled proc
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -35,79 +32,23 @@ from leveller.rpc import auth
 from leveller.rpc.codec import encode
 from leveller.rpc.transport import REPORT, ControllerClient
 
+from .support import Proc, free_port, leveller_proc, wait_until
+
 SECRET = "live-faults-secret-0123456789"
+ENV = {"LEVELLER_SECRET": SECRET}
 JOB_PORT = 47700
 DSCP_TOP = 8  # level 1 of the default K=2 map; level 0 is DSCP 0 (unmarked)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(cond: Callable[[], Any], timeout_s: float, what: str, step_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        time.sleep(step_s)
-
-
-class Proc:
-    """A `leveller ...` subprocess with its output in a file; stopped (SIGINT, then SIGKILL) on exit."""
-
-    def __init__(self, tmp: Path, name: str, *args: str) -> None:
-        self.out = tmp / f"{name}.out"
-        with self.out.open("ab") as f:
-            self.p = subprocess.Popen([sys.executable, "-m", "leveller.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, LEVELLER_SECRET=SECRET))
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace")[-3000:]
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def kill(self) -> None:
-        self.p.kill()
-        self.p.wait(10)
-
-    def interrupt(self, timeout_s: float = 20) -> int:
-        """SIGINT and wait; a process that does not stop fails the test with its threads' stacks."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-        try:
-            return self.p.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.p.send_signal(signal.SIGUSR1)  # `leveller agent` dumps every thread's stack
-            time.sleep(1)
-            raise AssertionError(f"still running {timeout_s:g} s after SIGINT:\n{self.output()}") from None
-
-    def __enter__(self) -> "Proc":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
 def controller(tmp: Path, port: int, *extra: str) -> Proc:
-    return Proc(tmp, "controller", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3", "--lease", "1.5",
-                *extra)
+    return leveller_proc(tmp / "controller.out", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3", "--lease", "1.5",
+                *extra, env=ENV)
 
 
 def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "agent") -> Proc:
-    return Proc(tmp, name, "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha", "--log", str(log),
+    return leveller_proc(tmp / f"{name}.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha", "--log", str(log),
                 "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}", "--ideal-time", "live=0.2",
-                "--dev", dev, "--netns", netns, "--interval", "0.2")
+                "--dev", dev, "--netns", netns, "--interval", "0.2", env=ENV)
 
 
 def max_iteration(log: Path) -> int:
@@ -124,14 +65,14 @@ def test_controller_killed_agents_fall_back_jobs_continue_restart_resumes(tmp_pa
     from leveller.testbed.vethpair import VethPair
 
     log = tmp_path / "job.log"
-    port = _free_port()
+    port = free_port()
     with VethPair(prefix="lvf") as pair, \
             WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
         spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
                        compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=90.0, pace=True)
         with JobRun(spec, log=str(log)), controller(tmp_path, port) as ctl, \
                 agent(tmp_path, port, log, pair.if_a, pair.ns_a) as ag:
-            _wait(lambda: wire.last_dscp == DSCP_TOP, 40,
+            wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
                   f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} controller: {ctl.output()}")
 
             ctl.kill()
@@ -143,7 +84,7 @@ def test_controller_killed_agents_fall_back_jobs_continue_restart_resumes(tmp_pa
             assert cleared_at - killed_at > 0.5
             assert ag.alive()
             iterations = max_iteration(log)
-            _wait(lambda: max_iteration(log) >= iterations + 5, 20, "the job keeps iterating without a controller")
+            wait_until(lambda: max_iteration(log) >= iterations + 5, 20, "the job keeps iterating without a controller")
             time.sleep(0.5)
             assert wire.last_dscp == 0  # no stale level comes back while the controller is away
 
@@ -185,12 +126,12 @@ def test_agent_killed_restart_removes_the_stale_filter_and_clean_stop_leaves_not
 
     log = tmp_path / "job.log"
     log.write_text("")
-    port = _free_port()  # no controller: reports fail, the datapath is attached regardless
+    port = free_port()  # no controller: reports fail, the datapath is attached regardless
     with VethPair(prefix="lvk") as pair:
         dev, ns = pair.if_a, pair.ns_a
         assert not has_clsact(dev, ns) and attached_filters(dev, ns) == []
         with agent(tmp_path, port, log, dev, ns, "agent1") as first:
-            old = _wait(lambda: _our_programs(ns, dev), 40, "the first agent's filter")
+            old = wait_until(lambda: _our_programs(ns, dev), 40, "the first agent's filter")
             assert len(old) == 1
             with agent(tmp_path, port, log, dev, ns, "agent-twin") as twin:  # one agent per interface
                 assert twin.p.wait(40) == 2
@@ -200,14 +141,14 @@ def test_agent_killed_restart_removes_the_stale_filter_and_clean_stop_leaves_not
         assert _our_programs(ns, dev) == old and _program_loaded(old[0])  # a crash leaves them behind
 
         with agent(tmp_path, port, log, dev, ns, "agent2") as second:
-            new = _wait(lambda: [p for p in _our_programs(ns, dev) if p not in old], 40,
+            new = wait_until(lambda: [p for p in _our_programs(ns, dev) if p not in old], 40,
                         f"the restarted agent's filter: {second.output()}")
             assert _our_programs(ns, dev) == new  # the stale filter is gone, only the new one is there
-            _wait(lambda: not _program_loaded(old[0]), 10, "the stale program to be unloaded")
+            wait_until(lambda: not _program_loaded(old[0]), 10, "the stale program to be unloaded")
             assert second.alive()
             assert second.interrupt() == 0
         assert attached_filters(dev, ns) == [] and not has_clsact(dev, ns)
-        _wait(lambda: not _program_loaded(new[0]), 10, "the program to be unloaded after a clean stop")
+        wait_until(lambda: not _program_loaded(new[0]), 10, "the program to be unloaded after a clean stop")
         tc = subprocess.run(["ip", "netns", "exec", ns, "tc", "filter", "show", "dev", dev, "egress"],
                             capture_output=True, text=True)
         assert "leveller" not in tc.stdout + tc.stderr
@@ -251,15 +192,15 @@ def _rejected(metrics_port: int) -> dict[str, float]:
 
 
 def test_live_controller_refuses_bad_reports_and_changes_nothing(tmp_path: Path) -> None:
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     address = f"127.0.0.1:{port}"
     good = SECRET.encode()
     # tau 1 s: the good report stays live (3 tau) for the whole check
     with controller(tmp_path, port, "--tau", "1", "--lease", "30", "--metrics-port", str(metrics_port)) as ctl:
-        _wait(lambda: _send(address, encode(_report()), good)[0] == grpc.StatusCode.OK, 20,
+        wait_until(lambda: _send(address, encode(_report()), good)[0] == grpc.StatusCode.OK, 20,
               f"the controller accepts a good report: {ctl.output()}")
         with ControllerClient(address, good) as client:
-            _wait(lambda: any(f["level"] == 1 for f in client.status()["flows"]), 10, "a decision for j1")
+            wait_until(lambda: any(f["level"] == 1 for f in client.status()["flows"]), 10, "a decision for j1")
             assert _send(address, encode(_report()), good)[0] == grpc.StatusCode.OK  # fresh: live for 3 s
             before = _stable(client.status())
             cases = [

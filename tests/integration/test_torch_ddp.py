@@ -13,22 +13,21 @@ carry the controller's top-level DSCP on the wire.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from leveller.core.qos import default_level_map
+
+from .support import Proc, fresh_cgroup, free_port, leveller_proc, wait_until
 
 pytestmark = pytest.mark.privileged
 
@@ -46,83 +45,15 @@ def _torch() -> None:
     pytest.importorskip("torch", reason="PyTorch is not installed: run `make torch` (the optional extra; CI has it)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(cond: Callable[[], Any], timeout_s: float, what: Callable[[], str], step_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what()}")
-        time.sleep(step_s)
-
-
-def cgroup2_mount() -> Path:
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split()[0] == "cgroup2":
-            return Path(left.split()[4])
-    pytest.fail("no cgroup2 file system mounted (needed for bpf_skb_cgroup_id)")
-
-
 @pytest.fixture()
 def cgroups() -> Iterator[tuple[Path, Path]]:
     """Two fresh cgroups (rank 0, rank 1), removed at the end."""
-    base = cgroup2_mount()
-    tag = f"{os.getpid()}-{secrets.token_hex(3)}"
-    made = []
-    try:
-        for rank in (0, 1):
-            path = base / f"leveller-ddp-{tag}-r{rank}"
-            path.mkdir()
-            made.append(path)
-        yield made[0], made[1]
-    finally:
-        for path in made:
-            for _ in range(50):  # a just-exited process may linger a moment in cgroup.procs
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            assert not path.exists(), f"could not remove the test cgroup {path}"
-
-
-class Proc:
-    """A subprocess with its output in a file; SIGINT then SIGKILL on exit."""
-
-    def __init__(self, out: Path, argv: list[str]) -> None:
-        self.out = out
-        with out.open("ab") as f:
-            self.p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, LEVELLER_SECRET=SECRET))
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace")[-3000:]
-
-    def __enter__(self) -> "Proc":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(10)
+    with fresh_cgroup("leveller-ddp-r0") as cg0, fresh_cgroup("leveller-ddp-r1") as cg1:
+        yield cg0, cg1
 
 
 def leveller(out: Path, *args: str) -> Proc:
-    return Proc(out, [sys.executable, "-m", "leveller.cli", *args])
+    return leveller_proc(out, *args, env={"LEVELLER_SECRET": SECRET})
 
 
 def rank_proc(out: Path, cgroup: Path, ns: str, *args: str) -> Proc:
@@ -200,7 +131,7 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
     assert top != 0
     cg0, cg1 = cgroups
     log1 = tmp_path / "rank1.log"
-    port, master_port = _free_port(), 29000 + secrets.randbelow(1000)
+    port, master_port = free_port(), 29000 + secrets.randbelow(1000)
     address = f"127.0.0.1:{port}"
     with VethPair(prefix="lvd") as pair, Wire(pair.ns_b, pair.if_b, str(pair.ip_a)) as wire, \
             leveller(tmp_path / "controller.out", "controller", "--listen", address, "--tau", "0.3",
@@ -209,7 +140,7 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
                      "--log", str(log1), "--job-cgroup", f"{JOB}={cg1}", "--ideal-time", f"{JOB}=0.2",
                      "--dev", pair.if_a, "--netns", pair.ns_a, "--interval", "0.2", "--json") as agent:
         # the agent reports (so its datapath is attached) before any training traffic
-        _wait(lambda: '"ok": true' in agent.output(), 40,
+        wait_until(lambda: '"ok": true' in agent.output(), 40,
               lambda: f"the agent reports; agent: {agent.output()} controller: {ctl.output()}")
         common = ["--world-size", "2", "--master", f"{pair.ip_b}:{master_port}", "--job", JOB,
                   "--duration", str(DURATION_S), "--grad-mb", str(GRAD_MB), "--batch", str(BATCH)]
@@ -218,7 +149,7 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
                 rank_proc(tmp_path / "rank1.out", cg1, pair.ns_a, "--rank", "1", "--log", str(log1),
                           *common) as r1:
             # the controller's level reaches the job's packets
-            _wait(lambda: any(p[1] == top for p in wire.packets), 40,
+            wait_until(lambda: any(p[1] == top for p in wire.packets), 40,
                   lambda: f"a packet of the job with DSCP {top} on the wire; agent: {agent.output()} "
                   f"rank1: {r1.output()} controller: {ctl.output()}")
             marked_at = next(p[0] for p in wire.packets if p[1] == top)
@@ -252,7 +183,7 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
         assert abs(grad_bytes - GRAD_MB * 1e6) < 0.01 * GRAD_MB * 1e6
 
         # (2) the agent counted the iterations from the hook's log lines
-        _wait(lambda: _agent_iterations(agent) == iterations, 10,
+        wait_until(lambda: _agent_iterations(agent) == iterations, 10,
               lambda: f"agent reports {iterations} iterations of {JOB}; agent: {agent.output()}")
 
         # (3) flows attributed to the job by the kernel's cgroup id, bytes consistent with the gradients
@@ -263,7 +194,7 @@ def test_real_ddp_job_is_counted_attributed_by_cgroup_and_marked(tmp_path: Path,
             def final_flows() -> list[dict[str, Any]] | None:  # a report with the final counters arrived
                 flows = job_flows()
                 return flows if sum(f["bytes"] for f in flows) >= 0.95 * iterations * grad_bytes else None
-            _wait(final_flows, 10, lambda: f"{iterations} x {grad_bytes} B in the flows of {JOB} at the "
+            wait_until(final_flows, 10, lambda: f"{iterations} x {grad_bytes} B in the flows of {JOB} at the "
                   f"controller: {client.status()}")
             time.sleep(0.5)
             status = client.status()

@@ -1,0 +1,114 @@
+"""Shared pieces of the live tests: processes, polling with a deadline, ports, cgroups."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import pytest
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(cond: Callable[[], Any], timeout_s: float, what: str | Callable[[], str],
+               step_s: float = 0.05) -> Any:
+    """Poll ``cond`` until it returns something true (returned) or fail after ``timeout_s``.
+
+    ``what`` describes the awaited condition; a callable is evaluated only on failure,
+    so it can show process output at that moment.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what() if callable(what) else what}")
+        time.sleep(step_s)
+
+
+class Proc:
+    """A subprocess with its output in a file; stopped (SIGINT, then SIGKILL) on exit."""
+
+    def __init__(self, out: Path, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        self.out = out
+        with out.open("ab") as f:
+            self.p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")[-3000:]
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def kill(self) -> None:
+        self.p.kill()
+        self.p.wait(10)
+
+    def interrupt(self, timeout_s: float = 20) -> int:
+        """SIGINT and wait; a process that does not stop fails the test with its threads' stacks."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        try:
+            return self.p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.p.send_signal(signal.SIGUSR1)  # `leveller agent` dumps every thread's stack
+            time.sleep(1)
+            raise AssertionError(f"still running {timeout_s:g} s after SIGINT:\n{self.output()}") from None
+
+    def __enter__(self) -> "Proc":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def leveller_proc(out: Path, *args: str, env: Mapping[str, str] | None = None) -> Proc:
+    """`leveller ARGS...` run by this interpreter."""
+    return Proc(out, [sys.executable, "-m", "leveller.cli", *args], env)
+
+
+def cgroup2_mount() -> Path:
+    """Where cgroup v2 is mounted (discovered: /sys/fs/cgroup, /sys/fs/cgroup/unified, ...)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2":
+            return Path(left.split()[4])
+    pytest.fail("no cgroup2 file system mounted (needed for bpf_skb_cgroup_id)")
+
+
+@contextlib.contextmanager
+def fresh_cgroup(prefix: str) -> Iterator[Path]:
+    """A new, uniquely named cgroup v2; removed at the end (fails the test if it cannot be)."""
+    path = cgroup2_mount() / f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for _ in range(50):  # a just-exited process may linger a moment in cgroup.procs
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert not path.exists(), f"could not remove the test cgroup {path}"
