@@ -4,7 +4,9 @@ The agent holds ``flock`` on /run/leveller/agent-<netns>-<dev>.lock while it
 runs. The kernel drops the lock when the process dies, however it dies
 (SIGKILL included). So a new agent that gets the lock knows any leveller
 filter on that interface is stale and removes it before attaching; one that
-does not get it refuses to start (another agent is live there).
+does not get it refuses to start (another agent is live there). Lock files of
+crashed agents on other interfaces (namespaces long gone) are swept at claim
+time with the same lock-then-unlink protocol, so they do not pile up.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def claim_device(dev: str, netns: str | None = None) -> Iterator[int]:
     path = lock_path(dev, netns)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _lock(path, dev, netns)
+    sweep_stale_locks(keep=path)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -60,3 +63,25 @@ def _lock(path: Path, dev: str, netns: str | None) -> int:
         if same:
             return fd
         os.close(fd)  # we locked a file its previous holder had just removed: take the new one
+
+
+def sweep_stale_locks(keep: Path) -> int:
+    """Remove agent lock files nobody holds (their agent died); returns how many were removed."""
+    removed = 0
+    for other in LOCK_DIR.glob("agent-*.lock"):
+        if other == keep:
+            continue
+        try:
+            fd = os.open(other, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino == os.stat(other).st_ino:
+                other.unlink()  # while locked: an opener racing us sees a stale inode and retries
+                removed += 1
+        except (BlockingIOError, FileNotFoundError):
+            pass  # held by a live agent, or already gone
+        finally:
+            os.close(fd)
+    return removed
