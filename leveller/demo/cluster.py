@@ -8,8 +8,8 @@ namespaces every tc filter and BPF program the agents attached).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +19,7 @@ from leveller.core.topology import topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.ovs import stop_pid
-from leveller.errors import UserError
+from leveller.locking import exclusive
 from leveller.testbed.state import DEFAULT_BASE, check_name
 
 PIDS_FILE = "demo-pids.json"
@@ -68,8 +68,7 @@ class DemoCluster:
         # the demo's own files (secret, logs, process outputs, pid file): next to the testbed's
         # run directory, never inside it (`testbed down` owns that one)
         self.work_dir = self.run_dir.parent / f"{self.run_dir.name}.work"
-        self._lock_fd: int | None = None
-        self._lock_path = self.run_dir
+        self._lock_stack = contextlib.ExitStack()
 
     def cleanup_leftovers(self) -> bool:
         """Remove what a crashed earlier demo left; True if there was anything."""
@@ -80,23 +79,13 @@ class DemoCluster:
 
     def _lock(self) -> None:
         """One demo per name at a time: a second one would tear the first one's testbed down."""
-        import fcntl
-
-        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
         path = self.run_dir.parent / f"{self.run_dir.name}.demo-lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise UserError(f"another demo with testbed name {self.name!r} is running ({path} is locked); "
-                            "wait for it or pick another --name") from None
-        self._lock_fd, self._lock_path = fd, path
+        self._lock_stack.enter_context(exclusive(
+            path, lambda holder: f"another demo with testbed name {self.name!r} is running (pid {holder}); "
+                                 "wait for it or pick another --name"))
 
     def _unlock(self) -> None:
-        if self._lock_fd is not None:  # the file stays: unlinking it would race a waiting opener
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._lock_stack.close()
 
     def __enter__(self) -> "DemoCluster":
         self._lock()
