@@ -72,6 +72,10 @@ def rate_series(log: JobLog, ideal_s: float, times: Sequence[float]) -> list[flo
 
 
 def top_job_changes(decisions: Sequence[dict[str, Any]]) -> int:
-    """How often the controller's first-ranked job changed (0 for static or no priority)."""
-    tops = [d["order"][0] for d in decisions if d.get("order")]
-    return sum(1 for a, b in zip(tops, tops[1:]) if a != b)
+    """How often a re-ranking changed the controller's first-ranked job (0 for static or no priority).
+
+    Only consecutive decisions over the same set of jobs count: a job that starts reporting
+    later (at start-up, agents report in any order) changes the order without any re-ranking.
+    """
+    orders = [d["order"] for d in decisions if d.get("order")]
+    return sum(1 for a, b in zip(orders, orders[1:]) if set(a) == set(b) and a[0] != b[0])

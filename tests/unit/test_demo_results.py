@@ -53,6 +53,10 @@ def test_top_job_changes_and_spans() -> None:
     decisions = [{"t": 0.0, "order": []}, {"t": 1.0, "order": ["a", "b"]}, {"t": 2.0, "order": ["b", "a"]},
                  {"t": 3.0, "order": ["b", "a"]}, {"t": 4.0, "order": ["a", "b"]}]
     assert top_job_changes(decisions) == 2
+    # a job that starts reporting later changes the order but is no re-ranking (static crux: 0)
+    arrival = [{"t": 0.0, "order": ["b"]}, {"t": 1.0, "order": ["a", "b"]}, {"t": 2.0, "order": ["a", "b"]}]
+    assert top_job_changes(arrival) == 0
+    assert top_job_changes(arrival + [{"t": 3.0, "order": ["b", "a"]}]) == 1
     assert top_spans(decisions, 5.0) == {"a": [(1.0, 1.0), (4.0, 1.0)], "b": [(2.0, 2.0)]}
 
 
