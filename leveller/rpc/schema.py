@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from leveller.core.paths import FlowKey, flow_key
 from leveller.errors import UserError
@@ -180,19 +180,25 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
                            _num(pair[1], f"{f}.recent[{k}][1]", start)))
         jobs.append(JobReport(job, iterations, start, ideal, tuple(recent)))
     flows: list[FlowReport] = []
-    keys: set[FlowKey] = set()
-    for i, raw in enumerate(_list(msg["flows"], "flows", MAX_FLOWS)):
-        f = f"flows[{i}]"
-        _obj(raw, f, FLOW_KEYS + ("job", "bytes"))
-        key = _flow(raw, f)
-        if key in keys:
-            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
-        keys.add(key)
-        job = _name(raw["job"], f"{f}.job")
+    for f, raw, key, job in _flow_entries(msg["flows"], ("bytes",)):
         if job not in seen:
             raise SchemaError(f"{f}.job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
         flows.append(FlowReport(key, job, _int(raw["bytes"], f"{f}.bytes", 0, 2**63 - 1)))
     return Report(host, tuple(jobs), tuple(flows))
+
+
+def _flow_entries(items: Any, extra: tuple[str, ...]) -> Iterator[tuple[str, Any, FlowKey, str]]:
+    """The entries of a ``flows`` list, each checked for its keys, its 5-tuple (no flow twice) and its
+    job name: (field path, raw entry, flow key, job)."""
+    keys: set[FlowKey] = set()
+    for i, raw in enumerate(_list(items, "flows", MAX_FLOWS)):
+        f = f"flows[{i}]"
+        _obj(raw, f, FLOW_KEYS + ("job",) + extra)
+        key = _flow(raw, f)
+        if key in keys:
+            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
+        keys.add(key)
+        yield f, raw, key, _name(raw["job"], f"{f}.job")
 
 
 # ---- LevelsReply ---------------------------------------------------------------------------------
@@ -217,15 +223,7 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
         raise SchemaError("dscp_by_level", f"{list(dscp)} has duplicates; one distinct DSCP per level")
     known = None if known_jobs is None else set(known_jobs)
     flows: list[FlowLevel] = []
-    keys: set[FlowKey] = set()
-    for i, raw in enumerate(_list(msg["flows"], "flows", MAX_FLOWS)):
-        f = f"flows[{i}]"
-        _obj(raw, f, FLOW_KEYS + ("job", "level"))
-        key = _flow(raw, f)
-        if key in keys:
-            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
-        keys.add(key)
-        job = _name(raw["job"], f"{f}.job")
+    for f, raw, key, job in _flow_entries(msg["flows"], ("level",)):
         if known is not None and job not in known:
             raise SchemaError(f"{f}.job", f"{job!r} is not a job of this host (known: {sorted(known)})")
         flows.append(FlowLevel(key, job, _int(raw["level"], f"{f}.level", 0, len(dscp) - 1)))
