@@ -30,6 +30,7 @@ from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.rpc.transport import ControllerClient, serve
+from tests.fakes import RecordingEnforcer
 
 SECRET = b"agent-shim-test-secret-0123"
 BERT_FLOW = flow_key("10.0.0.2", "127.0.0.1", 41000, 48000)  # another host's flow on the same link
@@ -40,17 +41,6 @@ class FakeOtherHostFlows:
 
     def read_flows(self) -> Mapping[FlowKey, FlowSample]:
         return {BERT_FLOW: FlowSample(10_000)}
-
-
-class RecordingEnforcer:
-    def __init__(self) -> None:
-        self.marks: dict[FlowKey, int] = {}
-
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        self.marks = dict(marks)
-
-    def clear(self) -> None:
-        self.marks = {}
 
 
 @pytest.fixture(scope="module")

@@ -12,23 +12,9 @@ from leveller.core.paths import FlowKey, flow_key
 from leveller.jobs.logline import format_line
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
+from tests.fakes import RecordingEnforcer
 
 A = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
-
-
-class FakeEnforcer:
-    """Records what the agent asks the datapath to do (the real one needs root + BPF)."""
-
-    def __init__(self) -> None:
-        self.marks: dict[FlowKey, int] = {}
-        self.clears = 0
-
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        self.marks = dict(marks)
-
-    def clear(self) -> None:
-        self.marks = {}
-        self.clears += 1
 
 
 class FakeClient:
@@ -50,11 +36,11 @@ class StaticFlows:
         return {A: FlowSample(1000)}
 
 
-def make(tmp_path: Path) -> tuple[Agent, FakeClient, FakeEnforcer, list[float], Path]:
+def make(tmp_path: Path) -> tuple[Agent, FakeClient, RecordingEnforcer, list[float], Path]:
     log = tmp_path / "a.log"
     log.write_text(format_line("a", 0, 100.0) + "\n")
     now = [101.0]
-    client, enforcer = FakeClient(), FakeEnforcer()
+    client, enforcer = FakeClient(), RecordingEnforcer()
     agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], client, enforcer, flows=StaticFlows(),
                   classifier=Classifier(ports=(parse_port_rule("a=47000"),)), clock=lambda: now[0])
     return agent, client, enforcer, now, log

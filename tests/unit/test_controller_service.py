@@ -19,24 +19,11 @@ from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.rpc.transport import ControllerClient, serve
+from tests.fakes import RecordingEnforcer
 
 SECRET = b"controller-test-secret"
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
 FB = flow_key("10.0.0.2", "10.0.0.3", 40001, 48000)
-
-
-class FakeEnforcer:
-    """Records the marks the agent would write into the BPF map (that needs root)."""
-
-    def __init__(self) -> None:
-        self.marks: dict[FlowKey, int] = {}
-        self.clears = 0
-
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        self.marks = dict(marks)
-
-    def clear(self) -> None:
-        self.marks, self.clears = {}, self.clears + 1
 
 
 class OneFlow:
@@ -48,11 +35,11 @@ class OneFlow:
 
 
 def agent(tmp_path: Path, host: str, job: str, port: int, key: FlowKey, iters: int, ideal: float,
-          address: str) -> tuple[Agent, FakeEnforcer]:
+          address: str) -> tuple[Agent, RecordingEnforcer]:
     log = tmp_path / f"{job}.log"
     t0 = time.time() - 10
     log.write_text(format_line(job, 0, t0) + "\n" + format_line(job, iters, t0 + 9) + "\n")
-    enf = FakeEnforcer()
+    enf = RecordingEnforcer()
     return Agent(host, [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=2),
                  enf, flows=OneFlow(key), classifier=Classifier(ports=(parse_port_rule(f"{job}={port}"),)),
                  ideal_times={job: ideal}), enf

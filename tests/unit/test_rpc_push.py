@@ -26,21 +26,11 @@ from leveller.rpc.codec import encode
 from leveller.rpc.push import WATCH, LevelsWatcher
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, serve
+from tests.fakes import RecordingEnforcer
 
 SECRET = b"push-test-secret-0123456789"
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
 FB = flow_key("10.0.0.1", "10.0.0.3", 40001, 48000)
-
-
-class FakeEnforcer:
-    def __init__(self) -> None:
-        self.marks: dict[FlowKey, int] = {}
-
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        self.marks = dict(marks)
-
-    def clear(self) -> None:
-        self.marks = {}
 
 
 class TwoFlows:
@@ -48,11 +38,11 @@ class TwoFlows:
         return {FA: FlowSample(1000), FB: FlowSample(1000)}
 
 
-def _agent(tmp_path: Path, address: str) -> tuple[Agent, FakeEnforcer, Path]:
+def _agent(tmp_path: Path, address: str) -> tuple[Agent, RecordingEnforcer, Path]:
     log = tmp_path / "jobs.log"
     t0 = time.time() - 100
     log.write_text("".join(format_line(j, 0, t0) + "\n" for j in ("a", "b")))
-    enf = FakeEnforcer()
+    enf = RecordingEnforcer()
     agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=5),
                   enf, flows=TwoFlows(), ideal_times={"a": 1.0, "b": 1.0},
                   classifier=Classifier(ports=(parse_port_rule("a=47000"), parse_port_rule("b=48000"))))
@@ -126,7 +116,7 @@ class SlowClient:
 def test_a_stale_report_reply_does_not_undo_a_newer_pushed_decision(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text(format_line("a", 0, time.time() - 10) + "\n")
-    enf, client = FakeEnforcer(), SlowClient()
+    enf, client = RecordingEnforcer(), SlowClient()
     agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], client, enf, flows=TwoFlows(),
                   classifier=Classifier(ports=(parse_port_rule("a=47000"),)))
     stepping = threading.Thread(target=agent.step)
