@@ -1,0 +1,273 @@
+"""Crux baseline (leveller.core.crux): intensity, correction factors, path choice, Max K-Cut compression."""
+
+from fractions import Fraction
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import pytest
+
+from leveller.core import crux
+from leveller.core.errors import UserError
+
+# --- GPU intensity and correction factors ---------------------------------------------
+
+
+def test_gpu_intensity_is_gpu_work_over_bottleneck_time() -> None:
+    assert crux.gpu_intensity(64, 1.2, 0.3) == pytest.approx(256.0)
+    assert crux.gpu_intensity(1, 0, 2) == 0
+
+
+@pytest.mark.parametrize("args, field", [((0, 1, 1), "gpus"), ((1, -1, 1), "compute_s"),
+                                         ((1, 1, 0), "bottleneck_time_s")])
+def test_gpu_intensity_rejects_bad_input_naming_the_field(args: tuple, field: str) -> None:
+    with pytest.raises(UserError, match=field):
+        crux.gpu_intensity(*args)
+
+
+def test_job_rejects_slack_longer_than_compute() -> None:
+    with pytest.raises(UserError, match="slack_s"):
+        crux.CruxJob("j", 1, 1.0, 1.0, slack_s=1.5)
+
+
+# The k2 = 1.5 example. Job 1 (the reference: more traffic) computes 2 and sends 2 per
+# iteration, job 2 computes 1 and sends 1: equal GPU intensity 1. By hand, in [0, 400):
+#   job 1 first: job 1 sends [2,4), [6,8), ... -> 200; job 2 sends [1,2) then [4k, 4k+1) -> 100.
+#   job 2 first: job 2 sends every [2k+1, 2k+2) -> 200; job 1 needs 6 per iteration -> 133.
+# D_1 = 200 - 133 = 67, D_2 = 200 - 100 = 100, k_2 = 100 / 67 -> 1.5 as the window grows.
+JOB1 = crux.CruxJob("1", 1, 2, 2)
+JOB2 = crux.CruxJob("2", 1, 1, 1)
+
+
+def test_pairwise_link_times_match_the_hand_computed_schedules() -> None:
+    assert crux.link_times(JOB1, JOB2, 400) == (200, 100)
+    assert crux.link_times(JOB2, JOB1, 400) == (200, 133)
+    assert crux.priority_gain(JOB2, JOB1, 400) == 100
+    assert crux.priority_gain(JOB1, JOB2, 400) == 67
+
+
+def test_k2_is_one_and_a_half_and_job2_overtakes_at_equal_intensity() -> None:
+    k = crux.correction_factors([JOB1, JOB2])
+    assert k["1"] == 1.0
+    assert k["2"] == pytest.approx(1.5, abs=0.01)
+    assert crux.correction_factors([JOB1, JOB2], window_iterations=1000)["2"] == pytest.approx(1.5, abs=0.001)
+    p = crux.priorities([JOB1, JOB2])
+    assert JOB1.intensity == JOB2.intensity == 1
+    assert p["2"] > p["1"]
+
+
+def test_paper_pair_has_k_one_so_crux_is_plain_intensity_there() -> None:
+    # The LEVELLER paper's pair (compute 1 / send 1, compute 1 / send 2): both gain 51 in [0, 300).
+    a, b = crux.CruxJob("1", 1, 1, 1), crux.CruxJob("2", 1, 1, 2)
+    assert crux.link_times(a, b, 300) == (150, 149)
+    assert crux.link_times(b, a, 300) == (200, 99)
+    assert crux.correction_factors([a, b]) == {"1": 1.0, "2": 1.0}
+
+
+def test_exact_inputs_give_exact_link_times() -> None:
+    a = crux.CruxJob("a", 1, Fraction(1, 3), Fraction(1, 2))
+    b = crux.CruxJob("b", 1, Fraction(1, 2), Fraction(1, 3))
+    high, low = crux.link_times(a, b, Fraction(10))
+    assert isinstance(high, Fraction) and isinstance(low, Fraction)
+    assert high + low <= 10
+
+
+def test_reference_job_is_the_one_with_most_traffic() -> None:
+    small = crux.CruxJob("s", 8, 1, 1, traffic=10)
+    big = crux.CruxJob("b", 1, 1, 1, traffic=20)
+    assert crux.reference_job([small, big]).name == "b"
+    assert crux.correction_factors([small, big])["b"] == 1.0
+
+
+def test_jobs_that_never_meet_on_the_link_keep_k_one() -> None:
+    # a sends [1, 2), [3, 4), ...; b sends during its compute, [0, 1), [2, 3), ...: disjoint.
+    a = crux.CruxJob("a", 1, 1, 1)
+    b = crux.CruxJob("b", 1, 2, 1, slack_s=2, traffic=5)
+    assert crux.priority_gain(a, b, 200) == crux.priority_gain(b, a, 200) == 0
+    assert crux.correction_factors([a, b]) == {"a": 1.0, "b": 1.0}
+
+
+def test_k_is_clamped_when_the_reference_loses_nothing() -> None:
+    # The reference hides its communication in its compute (slack = compute): yielding costs it
+    # nothing, while j (compute 2, send 1) loses link time when it yields: D_ref = 0 < D_j.
+    ref = crux.CruxJob("ref", 1, 2, 1, slack_s=2, traffic=10)
+    j = crux.CruxJob("j", 1, 2, 1)
+    assert crux.priority_gain(ref, j, 300) == 0 < crux.priority_gain(j, ref, 300)
+    assert crux.correction_factors([ref, j]) == {"ref": 1.0, "j": 10.0}
+    assert crux.correction_factors([ref, j], k_max=4.0)["j"] == 4.0
+
+
+def test_priority_gain_is_never_negative() -> None:
+    jobs = [crux.CruxJob(str(i), 1, c, m, slack_s=s) for i, (c, m, s) in
+            enumerate([(1, 1, 0), (2, 1, 1), (1, 3, 0.5), (0.3, 0.7, 0), (3, 0.2, 3)])]
+    for a, b in itertools.permutations(jobs, 2):
+        assert crux.priority_gain(a, b, 50) >= 0
+
+
+def test_slack_hides_communication_in_the_ideal_time() -> None:
+    assert crux.CruxJob("j", 1, 3, 2, slack_s=1).ideal_s == 4
+    assert crux.CruxJob("j", 1, 3, 2, slack_s=3).ideal_s == 3
+
+
+# --- path selection -------------------------------------------------------------------
+
+CAP = {"a": 10.0, "b": 10.0, "c": 100.0, "d": 10.0}
+
+
+def test_least_congested_path_avoids_the_busier_link() -> None:
+    assert crux.least_congested_path([["a", "d"], ["b", "d"]], {"a": 5.0, "b": 1.0, "d": 2.0}, CAP) == 1
+
+
+def test_least_congested_path_weighs_by_capacity_with_the_jobs_demand() -> None:
+    # a: (0 + 5) / 10 = 0.5; c: (20 + 5) / 100 = 0.25
+    assert crux.least_congested_path([["a"], ["c"]], {"c": 20.0}, CAP, demand=5.0) == 1
+
+
+def test_least_congested_path_ties_go_to_lower_sum_then_lower_index() -> None:
+    load = {"a": 5.0, "b": 5.0, "d": 0.0}
+    assert crux.least_congested_path([["a", "b"], ["a", "d"]], load, CAP) == 1
+    assert crux.least_congested_path([["a"], ["b"]], load, CAP) == 0
+
+
+def test_least_congested_path_rejects_bad_input() -> None:
+    with pytest.raises(UserError, match="candidate"):
+        crux.least_congested_path([], {}, CAP)
+    with pytest.raises(UserError, match="'zz'"):
+        crux.least_congested_path([["zz"]], {}, CAP)
+    with pytest.raises(UserError, match="capacity of link 'x'"):
+        crux.least_congested_path([["x"]], {}, {"x": 0.0})
+
+
+def test_assign_paths_spreads_equal_requests_in_order_and_keeps_input_load() -> None:
+    load = {"a": 0.0}
+    chosen, acc = crux.assign_paths([(f"f{i}", [["a"], ["b"]], 4.0) for i in range(3)], CAP, load)
+    assert chosen == {"f0": 0, "f1": 1, "f2": 0}
+    assert acc == {"a": 8.0, "b": 4.0}
+    assert load == {"a": 0.0}
+
+
+# --- priority compression -------------------------------------------------------------
+
+def cut_value(levels: dict, edges: dict) -> float:
+    return sum(w for (u, v), w in edges.items() if levels[u] != levels[v])
+
+
+def test_chain_with_two_levels_cuts_its_heaviest_edge() -> None:
+    pr = {"A": 4.0, "B": 3.0, "C": 2.0, "D": 1.0}
+    intensity = {"A": 4.0, "B": 3.0, "C": 5.0, "D": 1.0}
+    levels = crux.compress_levels(pr, intensity, [("A", "B"), ("B", "C"), ("C", "D")], 2)
+    assert levels == {"A": 1, "B": 1, "C": 1, "D": 0}
+
+
+def test_sampled_orders_beat_the_priority_order_alone() -> None:
+    # P: A > B > C > D. Edges A->B (I_A = 1), A->D (1), C->D (I_C = 10). In priority order the
+    # best 2-cut is {A,B,C} | {D} = 11; the order A, C, B, D allows {A,C} | {B,D} = 12.
+    pr = {"A": 4.0, "B": 3.0, "C": 2.0, "D": 1.0}
+    intensity = {"A": 1.0, "B": 1.0, "C": 10.0, "D": 1.0}
+    contends = [("A", "B"), ("C", "D"), ("D", "A")]
+    assert crux.compress_levels(pr, intensity, contends, 2, samples=1) == {"A": 1, "B": 1, "C": 1, "D": 0}
+    assert crux.compress_levels(pr, intensity, contends, 2) == {"A": 1, "C": 1, "B": 0, "D": 0}
+
+
+def test_jobs_without_contention_stay_on_the_top_level() -> None:
+    pr = {"A": 2.0, "B": 1.0, "C": 0.5}
+    assert crux.compress_levels(pr, pr, [("A", "B")], 4) == {"A": 3, "B": 2, "C": 3}
+    assert crux.compress_levels(pr, pr, [], 4) == {"A": 3, "B": 3, "C": 3}
+    assert crux.compress_levels(pr, pr, [("A", "B")], 1) == {"A": 0, "B": 0, "C": 0}
+
+
+def test_nothing_is_demoted_without_gain() -> None:
+    # A contends with B and with C, B and C do not contend: a third level would gain nothing.
+    pr = {"A": 3.0, "B": 2.0, "C": 1.0}
+    assert crux.compress_levels(pr, pr, [("A", "B"), ("A", "C")], 3) == {"A": 2, "B": 1, "C": 1}
+
+
+def test_dp_splits_a_group_off_only_when_the_cut_grows() -> None:
+    assert crux.max_k_cut_dp(["a", "b", "c"], {("b", "c"): 1.0}, 3) == (1.0, {"a": 2, "b": 2, "c": 1})
+
+
+def test_equal_priorities_are_still_separated_listed_first_on_top() -> None:
+    assert crux.compress_levels({"x": 1.0, "y": 1.0}, {"x": 1.0, "y": 1.0}, [("y", "x")], 2) == {"x": 1, "y": 0}
+
+
+def test_compress_levels_rejects_unknown_jobs_and_bad_k() -> None:
+    with pytest.raises(UserError, match="'Z'"):
+        crux.compress_levels({"A": 1.0}, {"A": 1.0}, [("A", "Z")], 2)
+    with pytest.raises(UserError, match="levels k"):
+        crux.compress_levels({"A": 1.0}, {"A": 1.0}, [], 0)
+
+
+def test_dp_rejects_an_order_that_is_not_topological() -> None:
+    with pytest.raises(UserError, match="backwards"):
+        crux.max_k_cut_dp(["b", "a"], {("a", "b"): 1.0}, 2)
+
+
+@st.composite
+def ordered_dags(draw, max_nodes: int = 6):
+    n = draw(st.integers(1, max_nodes))
+    order = [f"j{i}" for i in draw(st.permutations(range(n)))]
+    edges = {}
+    for i, j in itertools.combinations(range(n), 2):
+        w = draw(st.sampled_from([0, 0, 1, 2, 3, 5, 8]))
+        if w:
+            edges[(order[i], order[j])] = float(w)
+    return order, edges, draw(st.integers(1, 4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(ordered_dags())
+def test_dp_equals_brute_force_over_monotone_levels_on_one_order(case) -> None:
+    order, edges, k = case
+    value, levels = crux.max_k_cut_dp(order, edges, k)
+    brute = max(
+        cut_value(dict(zip(order, lv)), edges)
+        for lv in itertools.product(range(k), repeat=len(order))
+        if all(a >= b for a, b in zip(lv, lv[1:]))
+    )
+    assert value == pytest.approx(brute)
+    assert cut_value(levels, edges) == pytest.approx(value)
+    seq = [levels[n] for n in order]
+    assert all(0 <= x < k for x in seq) and seq == sorted(seq, reverse=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ordered_dags(max_nodes=5))
+def test_dp_over_all_topological_orders_equals_brute_force_max_k_cut(case) -> None:
+    order, edges, k = case
+    nodes = sorted(order)
+    topo = [p for p in itertools.permutations(nodes)
+            if all(p.index(u) < p.index(v) for u, v in edges)]
+    best = max(crux.max_k_cut_dp(list(p), edges, k)[0] for p in topo)
+    brute = max(
+        cut_value(lv, edges)
+        for lv in (dict(zip(nodes, x)) for x in itertools.product(range(k), repeat=len(nodes)))
+        if all(lv[u] >= lv[v] for u, v in edges)
+    )
+    assert best == pytest.approx(brute)
+
+
+@st.composite
+def contention_cases(draw):
+    n = draw(st.integers(1, 7))
+    names = [f"j{i}" for i in range(n)]
+    pr = {nm: float(draw(st.integers(1, 6))) for nm in names}
+    intensity = {nm: float(draw(st.integers(1, 9))) for nm in names}
+    pairs = [p for p in itertools.combinations(names, 2) if draw(st.booleans())]
+    return pr, intensity, pairs, draw(st.integers(1, 4)), draw(st.integers(0, 3))
+
+
+@settings(max_examples=100, deadline=None)
+@given(contention_cases())
+def test_compressed_levels_respect_priority_between_contending_jobs(case) -> None:
+    pr, intensity, pairs, k, seed = case
+    levels = crux.compress_levels(pr, intensity, pairs, k, seed=seed)
+    assert set(levels) == set(pr) and all(0 <= x < k for x in levels.values())
+    for hi, lo in crux.contention_dag(pr, intensity, pairs):
+        assert pr[hi] >= pr[lo] and levels[hi] >= levels[lo]
+    assert crux.compress_levels(pr, intensity, pairs, k, seed=seed) == levels
+    # never worse than the priority order alone
+    edges = crux.contention_dag(pr, intensity, pairs)
+    alone = crux.compress_levels(pr, intensity, pairs, k, samples=1)
+    assert cut_value(levels, edges) >= cut_value(alone, edges) - 1e-9
+    if cut_value(levels, edges) == cut_value(alone, edges):
+        assert levels == alone  # ties go to the earlier sample: the priority order
