@@ -1,0 +1,329 @@
+"""CASSINI (Rajasekaran et al., NSDI 2024): interleave jobs' communication by time shifts.
+
+CASSINI gives no priorities. It delays each job's iteration start by a shift chosen so
+that jobs sharing a link communicate at different times. No public code exists; this
+module follows the paper's description, as pure functions the network simulator and
+the live controller share:
+
+- **Circle** (:class:`CircleJob`): one job on one link; perimeter = iteration time,
+  arcs = communication phases ``(start_s, duration_s, demand_fraction)`` with the
+  fraction of the link's capacity the phase demands.
+- **Unified circle** (:func:`unified_period`): perimeter = LCM of the jobs' iteration
+  times; each job's circle repeats around it.
+- **Compatibility** (:func:`compatibility`): ``1 - mean(excess demand) / capacity`` over
+  the unified circle, where excess = ``max(0, total demand - capacity)``.
+- **Rotation search** per link (:func:`link_rotations`): the rotation (time shift) of
+  every job on the link that maximises compatibility.
+- **Affinity graph** (:func:`bfs_shifts`, :func:`job_shifts`): jobs and links as a
+  bipartite graph; a BFS turns per-link rotations ``t_j^l`` into one shift per job,
+  ``t_j = (t_u - t_u^l + t_j^l) mod T_j`` when link ``l`` is reached from job ``u``.
+
+Using it (on arrival and finish of a job): for every link shared by jobs, one
+:class:`CircleJob` per job with ``period_s`` = its iteration time and one arc per
+communication phase (e.g. ``(compute_s - slack_s, comm_s, fraction of the link its
+flows can fill)``); :func:`job_shifts` gives the delay to apply to each job's next
+iteration start.
+
+Choices where the paper is ambiguous, each a parameter:
+
+- *Quantisation* (``quantum_s``): every iteration time is rounded to a whole number
+  ``q_j >= 1`` of quanta, and the circle is sampled in bins of one quantum. A job's arcs
+  are scaled by ``q_j * quantum_s / period_s`` (its shape is kept, not its length), and
+  a bin holds the arc's average demand over the bin. Rotations are whole quanta.
+- *LCM cap* (``lcm_cap``, seconds): if the LCM of the quantised periods exceeds it, the
+  unified circle is the largest whole number of the longest quantised period that fits
+  in ``lcm_cap`` (never less than one longest period). Jobs whose period does not divide
+  it are then evaluated on their periodic extension cut at the perimeter: an
+  approximation over a window, exact only when the LCM fits.
+- *Capacity*: demand is a fraction of the link's capacity, so capacity is 1. A mean
+  excess above capacity would give a negative value; the reported score is clipped to
+  ``[0, 1]``, the search maximises the unclipped value.
+- *Rotation grid* (``angles``): at most ``angles`` candidate rotations per job, evenly
+  spaced multiples of the quantum over its own period (CASSINI discretises angles).
+  The first job on a link stays at rotation 0 (rotating every job together does not
+  change the score).
+- *Search* (``max_exhaustive``, ``sweeps``): exhaustive over the grid when it has at most
+  ``max_exhaustive`` combinations, otherwise greedy (jobs added in link order, each at
+  its best rotation) followed by ``sweeps`` rounds of coordinate ascent. Ties go to the
+  smaller rotation, so results are deterministic.
+- *BFS*: links are visited in the order of ``links``, jobs on a link in their listed
+  order; each connected part starts from its first job in that order with shift 0.
+  When the affinity graph has a loop, the first shift a job receives is kept (the
+  loop-closing link does not get its best relative rotation). Links with one job add
+  no constraint; a job on no shared link gets shift 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from leveller.core.errors import UserError
+
+MAX_CELLS = 1 << 20  # rows x bins evaluated at once by the vectorised search
+
+
+@dataclass(frozen=True)
+class CircleJob:
+    """One job's circle on one link: perimeter ``period_s``, communication ``arcs``.
+
+    Each arc is ``(start_s, duration_s, demand_fraction)``: from ``start_s`` into the
+    iteration, for ``duration_s`` (wrapping around the circle if needed), the job
+    demands ``demand_fraction`` of the link's capacity (in (0, 1]).
+    """
+
+    name: str
+    period_s: float
+    arcs: tuple[tuple[float, float, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserError("circle job name must be a non-empty string")
+        if not self.period_s > 0:
+            raise UserError(f"job {self.name!r}: period_s must be > 0, got {self.period_s!r}")
+        for arc in self.arcs:
+            if len(arc) != 3:
+                raise UserError(f"job {self.name!r}: an arc is (start_s, duration_s, demand_fraction), got {arc!r}")
+            start, duration, demand = arc
+            if not 0 <= start < self.period_s:
+                raise UserError(f"job {self.name!r}: arc start_s must be in [0, period_s), got {start!r}")
+            if not 0 < duration <= self.period_s:
+                raise UserError(f"job {self.name!r}: arc duration_s must be in (0, period_s], got {duration!r}")
+            if not 0 < demand <= 1:
+                raise UserError(f"job {self.name!r}: arc demand_fraction must be in (0, 1], got {demand!r}")
+
+
+def _check_quantum(quantum_s: float, lcm_cap: float) -> None:
+    if not quantum_s > 0:
+        raise UserError(f"quantum_s must be > 0, got {quantum_s!r}")
+    if not lcm_cap > 0:
+        raise UserError(f"lcm_cap must be > 0, got {lcm_cap!r}")
+
+
+def _quanta(period_s: float, quantum_s: float) -> int:
+    return max(1, round(period_s / quantum_s))
+
+
+def _unified_bins(periods: Sequence[float], quantum_s: float, lcm_cap: float) -> int:
+    _check_quantum(quantum_s, lcm_cap)
+    if not periods:
+        raise UserError("need at least one period")
+    for p in periods:
+        if not p > 0:
+            raise UserError(f"periods must be > 0, got {p!r}")
+    q = [_quanta(p, quantum_s) for p in periods]
+    full = math.lcm(*q)
+    cap = int(math.floor(lcm_cap / quantum_s + 1e-9))
+    if full <= cap:
+        return full
+    longest = max(q)
+    return longest * max(1, cap // longest)
+
+
+def unified_period(periods: Sequence[float], quantum_s: float, lcm_cap: float) -> float:
+    """Perimeter of the unified circle in seconds: LCM of the quantised periods, capped.
+
+    See the module docstring for the cap rule.
+    """
+    return _unified_bins(periods, quantum_s, lcm_cap) * quantum_s
+
+
+def _profile(job: CircleJob, quantum_s: float) -> np.ndarray:
+    """Average demand per bin over one quantised period of ``job``."""
+    q = _quanta(job.period_s, quantum_s)
+    scale = q / job.period_s  # seconds -> bins, shape preserved
+    prof = np.zeros(q)
+    edges = np.arange(q + 1, dtype=float)
+    for start, duration, demand in job.arcs:
+        a = start * scale
+        b = a + duration * scale
+        # the arc may wrap: cover [a, b) on the circle of q bins, as up to two linear pieces
+        for lo, hi in ((a, min(b, q)), (0.0, b - q)):
+            if hi > lo:
+                cover = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0.0, None)
+                prof += demand * cover
+    return prof
+
+
+def _tiled(job: CircleJob, quantum_s: float, bins: int) -> np.ndarray:
+    prof = _profile(job, quantum_s)
+    return np.tile(prof, -(-bins // len(prof)))[:bins]
+
+
+def _raw_score(total: np.ndarray) -> float:
+    return 1.0 - float(np.maximum(total - 1.0, 0.0).mean())
+
+
+def _clip(score: float) -> float:
+    return min(1.0, max(0.0, score))
+
+
+def _check_link(jobs_on_link: Sequence[CircleJob]) -> None:
+    if not jobs_on_link:
+        raise UserError("need at least one job on the link")
+    names = [j.name for j in jobs_on_link]
+    if len(set(names)) != len(names):
+        raise UserError(f"a job appears twice on one link (merge its arcs): {names}")
+
+
+def compatibility(jobs_on_link: Sequence[CircleJob], rotations: Mapping[str, float], quantum_s: float,
+                  lcm_cap: float) -> float:
+    """``1 - mean(excess demand) / capacity`` with every job rotated (delayed) by its rotation.
+
+    Rotations in seconds, rounded to whole quanta; a missing job has rotation 0.
+    Clipped to [0, 1].
+    """
+    _check_link(jobs_on_link)
+    unknown = set(rotations) - {j.name for j in jobs_on_link}
+    if unknown:
+        raise UserError(f"rotations given for jobs not on the link: {sorted(unknown)}")
+    bins = _unified_bins([j.period_s for j in jobs_on_link], quantum_s, lcm_cap)
+    total = np.zeros(bins)
+    for job in jobs_on_link:
+        total += np.roll(_tiled(job, quantum_s, bins), round(rotations.get(job.name, 0.0) / quantum_s))
+    return _clip(_raw_score(total))
+
+
+def _best_rotation(base: np.ndarray, curve: np.ndarray, candidates: np.ndarray) -> tuple[float, int]:
+    """Best raw score of ``base + roll(curve, r)`` over ``candidates`` (first best wins)."""
+    bins = len(base)
+    rows = max(1, MAX_CELLS // bins)
+    best_val, best_r = -math.inf, 0
+    col = np.arange(bins)
+    for lo in range(0, len(candidates), rows):
+        rs = candidates[lo:lo + rows]
+        shifted = curve[(col[None, :] - rs[:, None]) % bins]
+        vals = 1.0 - np.maximum(base[None, :] + shifted - 1.0, 0.0).mean(axis=1)
+        i = int(vals.argmax())
+        if vals[i] > best_val:
+            best_val, best_r = float(vals[i]), int(rs[i])
+    return best_val, best_r
+
+
+def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap: float, angles: int = 72,
+                   max_exhaustive: int = 4096, sweeps: int = 3) -> tuple[float, dict[str, float]]:
+    """Rotation search on one link: best compatibility (clipped) and the rotation per job in seconds."""
+    _check_link(jobs_on_link)
+    if angles < 1:
+        raise UserError(f"angles must be >= 1, got {angles!r}")
+    if sweeps < 0:
+        raise UserError(f"sweeps must be >= 0, got {sweeps!r}")
+    bins = _unified_bins([j.period_s for j in jobs_on_link], quantum_s, lcm_cap)
+    curves = [_tiled(j, quantum_s, bins) for j in jobs_on_link]
+    grids = []
+    for job in jobs_on_link:
+        q = _quanta(job.period_s, quantum_s)
+        grids.append(np.arange(0, q, -(-q // angles)))
+    n = len(jobs_on_link)
+    rot = [0] * n
+    if n == 1:
+        score = _raw_score(curves[0])
+    elif math.prod(len(g) for g in grids[1:]) <= max_exhaustive:
+        score = -math.inf
+        for combo in itertools.product(*(g.tolist() for g in grids[1:-1])):
+            base = curves[0].copy()
+            for c, r in zip(curves[1:-1], combo):
+                base += np.roll(c, r)
+            val, last = _best_rotation(base, curves[-1], grids[-1])
+            if val > score:
+                score, rot = val, [0, *combo, last]
+    else:
+        total = curves[0].copy()
+        for i in range(1, n):  # greedy placement in link order
+            _, rot[i] = _best_rotation(total, curves[i], grids[i])
+            total += np.roll(curves[i], rot[i])
+        score = _raw_score(total)
+        for _ in range(sweeps):
+            improved = False
+            for i in range(1, n):
+                base = total - np.roll(curves[i], rot[i])
+                val, r = _best_rotation(base, curves[i], grids[i])
+                if val > score + 1e-12:
+                    rot[i], score, improved = r, val, True
+                total = base + np.roll(curves[i], rot[i])
+            if not improved:
+                break
+    return _clip(score), {j.name: r * quantum_s for j, r in zip(jobs_on_link, rot)}
+
+
+def bfs_shifts(rotations: Mapping[Hashable, Mapping[str, float]], periods: Mapping[str, float]) -> dict[str, float]:
+    """One shift per job from per-link rotations, by BFS over the job-link affinity graph.
+
+    ``rotations[link][job] = t_j^l``. Reaching link ``l`` from job ``u`` sets, for every
+    other job ``j`` on ``l`` without a shift yet, ``t_j = (t_u - t_u^l + t_j^l) mod T_j``.
+    """
+    for link, rot in rotations.items():
+        for job in rot:
+            if job not in periods:
+                raise UserError(f"job {job!r} on link {link!r} has no period")
+    links_of: dict[str, list[Hashable]] = {}
+    for link, rot in rotations.items():
+        for job in rot:
+            links_of.setdefault(job, []).append(link)
+    shifts: dict[str, float] = {}
+    seen_links: set = set()
+    for root in links_of:
+        if root in shifts:
+            continue
+        shifts[root] = 0.0
+        queue = deque([root])
+        while queue:
+            u = queue.popleft()
+            for link in links_of[u]:
+                if link in seen_links:
+                    continue
+                seen_links.add(link)
+                rot = rotations[link]
+                for j, t_jl in rot.items():
+                    if j not in shifts:
+                        shifts[j] = (shifts[u] - rot[u] + t_jl) % periods[j]
+                        queue.append(j)
+    return shifts
+
+
+def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, lcm_cap: float,
+               angles: int = 72, max_exhaustive: int = 4096, sweeps: int = 3) -> dict[str, float]:
+    """CASSINI's shift per job (seconds to delay its iteration start), for every job on ``links``.
+
+    Rotation search on every link shared by two or more jobs, then :func:`bfs_shifts`.
+    A job must have the same period on every link.
+    """
+    _check_quantum(quantum_s, lcm_cap)
+    periods: dict[str, float] = {}
+    for link, jobs in links.items():
+        _check_link(jobs)
+        for job in jobs:
+            if not math.isclose(periods.setdefault(job.name, job.period_s), job.period_s, rel_tol=1e-9):
+                raise UserError(f"job {job.name!r} has period {periods[job.name]!r} on one link and "
+                                f"{job.period_s!r} on link {link!r}")
+    rotations: dict[Hashable, dict[str, float]] = {}
+    for link, jobs in links.items():
+        if len(jobs) >= 2:
+            _, rotations[link] = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+    shifts = bfs_shifts(rotations, periods)
+    return {name: shifts.get(name, 0.0) for name in periods}
+
+
+def shift_overlap(a: CircleJob, shift_a: float, b: CircleJob, shift_b: float, horizon_s: float,
+                  step_s: Optional[float] = None) -> float:
+    """Seconds in ``[0, horizon_s)`` during which both jobs communicate, each delayed by its shift.
+
+    Sampled every ``step_s`` (default: 1/1000 of the shorter period); a measure for tests
+    and reports, independent of the search's quantisation.
+    """
+    step = step_s or min(a.period_s, b.period_s) / 1000.0
+    t = np.arange(0.0, horizon_s, step) + step / 2
+
+    def busy(job: CircleJob, shift: float) -> np.ndarray:
+        phase = np.mod(t - shift, job.period_s)
+        on = np.zeros(len(t), dtype=bool)
+        for start, duration, _ in job.arcs:
+            on |= np.mod(phase - start, job.period_s) < duration
+        return on & (t >= shift)
+
+    return float((busy(a, shift_a) & busy(b, shift_b)).sum() * step)
