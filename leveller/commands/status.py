@@ -42,9 +42,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     console = Console()
+    age = status.get("decision_age_s")
+    stale = age is not None and age >= status["lease_s"]
     console.print(f"policy {status['policy']}, K={status['levels']}, tau={status['tau_s']} s, "
-                  f"epoch {status['epoch']}" + (f"  [red]last error: {status['last_error']}[/]"
-                                                if status.get("last_error") else ""))
+                  f"epoch {status['epoch']}"
+                  + ("" if age is None else f", decided {age:.1f} s ago" + (
+                      f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"
+                      if stale else ""))
+                  + (f"  [red]last error: {status['last_error']}[/]" if status.get("last_error") else ""))
     jobs = Table("job", "iterations", "ideal s", "R", "state", title="jobs (highest priority first)"
                  if status.get("order") else "jobs")
     order = status.get("order") or []

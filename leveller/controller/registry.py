@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from leveller.controller.decide import JobInput
 from leveller.core.paths import FlowKey
 from leveller.core.profiling import IdealTimeProfiler, next_reprofile_time
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import Report
-
-MAX_FUTURE_S = 300.0  # a start time further in the future than this is refused (clock or data error)
+from leveller.rpc.schema import Report, check_not_future
 
 
 @dataclass
@@ -52,9 +49,7 @@ class Registry:
     def accept(self, report: Report, now: float) -> None:
         """Store a report after semantic checks (SchemaError names the field; nothing stored then)."""
         for i, j in enumerate(report.jobs):
-            if j.start_time > now + MAX_FUTURE_S:
-                raise SchemaError(f"jobs[{i}].start_time", f"{j.start_time} is more than {MAX_FUTURE_S:.0f} s "
-                                  f"in the future (controller time {now:.3f})")
+            check_not_future(j.start_time, f"jobs[{i}].start_time", now)
         self.agents[report.host] = AgentState(report, now)
         for j in report.jobs:
             state = self.jobs.setdefault(j.job,

@@ -3,10 +3,12 @@
 ``Controller`` implements leveller.rpc.transport.ControllerHandler. A step
 reads the live agents' reports, asks the path provider for every flow's
 links, runs controller.decide (leveller.core policy + pruning), and keeps the
-result; each agent's next report is answered with the levels of its flows and
-a lease. A failed step (e.g. the SDN app unreachable) keeps the previous
-levels, counts the error and shows it in status; agents' leases bound how
-long old levels can live.
+result; each agent's next report is answered with the levels of its flows, a
+lease, and the age of the decision (measured from when the step read its
+inputs). Agents keep levels only until the lease after the decision, so a
+failed step (e.g. the SDN app unreachable, levels kept, the error counted and
+shown in status) or a step that takes longer than the lease ends the levels
+on every host instead of keeping stale ones alive.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class Controller:
     def __init__(self, paths: PathProvider, policy: Policy, level_map: LevelMap, tau_s: float,
                  lease_s: float | None = None, stale_after_s: float | None = None,
                  reprofile_interval_s: float | None = None, metrics: ControllerMetrics | None = None,
-                 shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False) -> None:
+                 shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -40,6 +43,8 @@ class Controller:
         self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s)
         self.metrics = metrics or ControllerMetrics()
         self.decision: Decision | None = None
+        self.monotonic = monotonic  # decision ages (immune to wall-clock steps)
+        self._decided_at = 0.0  # self.monotonic() when the current decision's step read its inputs
         self.epoch = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
@@ -58,7 +63,11 @@ class Controller:
     def _reply(self, report: Report) -> LevelsReply:
         levels = self.decision.levels if self.decision else {}
         flows = tuple(FlowLevel(f.key, f.job, levels[f.key]) for f in report.flows if f.key in levels)
-        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows)
+        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age())
+
+    def decision_age(self) -> float:
+        """Seconds since the current decision's step read its inputs (0 before the first decision)."""
+        return max(0.0, self.monotonic() - self._decided_at) if self.decision is not None else 0.0
 
     def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> LevelsReply | None:
         """Push path (leveller.rpc.push): once the epoch differs from ``seen_epoch`` (or after
@@ -76,6 +85,7 @@ class Controller:
             return {
                 "now": now, "epoch": self.epoch, "policy": self.policy.name, "levels": self.level_map.levels,
                 "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error,
+                "decision_age_s": self.decision_age() if d else None,
                 "order": d.order if d else None,
                 "jobs": [{"job": j.name, "iterations": j.iterations, "start_time": j.start_time,
                           "ideal_time": j.ideal_time, "profiling": j.profiling,
@@ -96,6 +106,7 @@ class Controller:
     def step(self, now: float) -> Decision:
         """One tau: profile bookkeeping, paths, decide, publish. Raises on failure (levels kept)."""
         started = time.perf_counter()
+        inputs_at = self.monotonic()
         with self._lock:
             self.registry.update_profiling(now)
             jobs = self.registry.job_inputs(now)
@@ -110,6 +121,7 @@ class Controller:
             raise
         with self._lock:
             self.decision = decision
+            self._decided_at = inputs_at
             self.epoch += 1
             self.last_error = None
             self._publish(jobs, flows, decision, now)

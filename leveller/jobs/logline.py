@@ -10,24 +10,23 @@ largest ``iter`` it saw, so several ranks logging into one file do not double co
 from __future__ import annotations
 
 import math
-import re
 
 from leveller.errors import UserError
+from leveller.rpc.codec import SchemaError
+from leveller.rpc.schema import check_name
 
 PREFIX = "leveller-iter"
 DEFAULT_PATTERN = (
     r"leveller-iter job=(?P<job>\S+)(?: rank=\d+)? iter=(?P<iter>\d+)(?: t=(?P<t>[0-9.]+))?"
 )
-_JOB_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 def check_job_name(name: str) -> str:
-    """Return ``name`` if it is a valid job name, else raise UserError naming the rule."""
-    if not _JOB_NAME.fullmatch(name):
-        raise UserError(
-            f"job name {name!r} is invalid: use 1-64 characters from letters, digits, '_', '.', ':', '-'"
-        )
-    return name
+    """Return ``name`` if it is a valid job name (the controller's rule), else raise UserError naming it."""
+    try:
+        return check_name(name, "job name")
+    except SchemaError as exc:
+        raise UserError(str(exc)) from None
 
 
 def format_line(job: str, iteration: int, t: float, rank: int = 0) -> str:

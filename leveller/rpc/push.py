@@ -23,7 +23,7 @@ import grpc
 
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
-from leveller.rpc.schema import VERSION, LevelsReply, _int, _name, _num, _obj, _version, reply_from_wire, \
+from leveller.rpc.schema import VERSION, LevelsReply, _int, _num, check_name, _obj, _version, reply_from_wire, \
     reply_to_wire
 
 SERVICE = "leveller.v1.Controller"
@@ -43,7 +43,7 @@ def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
     """(host, epoch, wait_s) of a Watch request; SchemaError names a bad field."""
     _obj(msg, "", ("v", "host", "epoch", "wait_s"))
     _version(msg)
-    return (_name(msg["host"], "host"), _int(msg["epoch"], "epoch", 0, 2**63 - 1),
+    return (check_name(msg["host"], "host"), _int(msg["epoch"], "epoch", 0, 2**63 - 1),
             _num(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
 
 

@@ -9,7 +9,18 @@ refused too, so a typo never passes silently.
       {"v": 1, "host": str, "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?}],
        "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}]}
     LevelsReply (controller -> agent)
-      {"v": 1, "epoch": int, "lease_s": float, "dscp_by_level": [int], "flows": [{flow..., "job", "level"}]}
+      {"v": 1, "epoch": int, "lease_s": float, "decision_age_s": float, "dscp_by_level": [int],
+       "flows": [{flow..., "job", "level"}]}
+
+``decision_age_s`` is how old the decision behind the levels is, by the
+controller's own clock, when the reply leaves: an agent keeps levels only
+until ``lease_s`` after the decision was made (not after the reply came), so a
+controller whose decision loop stalls cannot keep stale levels alive by
+answering reports. An age rather than a time stamp needs no synchronised clocks.
+
+The field checks (``check_name``, ``check_iterations``, ``check_time``,
+``check_not_future``) are public: the agent applies the same ones to every log
+line it reads, so it never builds a report the controller would refuse.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ MAX_JOBS = 1024
 MAX_FLOWS = 65536
 MAX_RECENT = 256
 MAX_LEVELS = 8
+MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
+MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock or data error)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
@@ -69,6 +82,7 @@ class LevelsReply:
     lease_s: float
     dscp_by_level: tuple[int, ...]
     flows: tuple[FlowLevel, ...]
+    decision_age_s: float = 0.0  # seconds since the decision was made (controller clock), at reply time
 
 
 def flow_label(key: FlowKey) -> str:
@@ -107,9 +121,30 @@ def _num(value: Any, field: str, lo: float, hi: float = math.inf, lo_open: bool 
     raise SchemaError(field, f"{value!r} is invalid; a finite number {bound}")
 
 
-def _name(value: Any, field: str) -> str:
+def check_name(value: Any, field: str) -> str:
+    """A host or job name: 1-64 ASCII letters, digits, ``_ . : -``."""
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise SchemaError(field, f"{value!r} is invalid; 1-64 characters from letters, digits, _ . : -")
+    return value
+
+
+def check_iterations(value: Any, field: str) -> int:
+    """A count of finished iterations."""
+    return _int(value, field, 0, MAX_ITERATIONS)
+
+
+def check_time(value: Any, field: str, not_before: float = 0.0) -> float:
+    """A unix time: finite, after 1970 (> 0), and not before ``not_before`` when that is given."""
+    if not_before > 0:
+        return _num(value, field, not_before)
+    return _num(value, field, 0, lo_open=True)
+
+
+def check_not_future(value: float, field: str, now: float) -> float:
+    """A time at most MAX_FUTURE_S after ``now`` (the checking host's clock)."""
+    if value > now + MAX_FUTURE_S:
+        raise SchemaError(field, f"{value} is more than {MAX_FUTURE_S:.0f} s in the future (this host's time "
+                          f"{now:.3f})")
     return value
 
 
@@ -143,42 +178,49 @@ def _flow(value: dict[str, Any], field: str) -> FlowKey:
 
 # ---- Report ------------------------------------------------------------------------------------
 
+def job_to_wire(j: JobReport) -> dict[str, Any]:
+    """One entry of a report's ``jobs`` list."""
+    entry: dict[str, Any] = {"job": j.job, "iterations": j.iterations, "start_time": j.start_time,
+                             "recent": [[n, t] for n, t in j.recent]}
+    if j.ideal_time is not None:
+        entry["ideal_time"] = j.ideal_time
+    return entry
+
+
+def job_from_wire(raw: Any, f: str) -> JobReport:
+    """Validate one entry of a report's ``jobs`` list (``f`` is its field path, e.g. ``jobs[2]``)."""
+    _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent"))
+    job = check_name(raw["job"], f"{f}.job")
+    iterations = check_iterations(raw["iterations"], f"{f}.iterations")
+    start = check_time(raw["start_time"], f"{f}.start_time")
+    ideal = raw.get("ideal_time")
+    ideal = None if ideal is None else _num(ideal, f"{f}.ideal_time", 0, lo_open=True)
+    recent = []
+    for k, pair in enumerate(_list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SchemaError(f"{f}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
+        recent.append((_int(pair[0], f"{f}.recent[{k}][0]", 1, iterations),
+                       check_time(pair[1], f"{f}.recent[{k}][1]", start)))
+    return JobReport(job, iterations, start, ideal, tuple(recent))
+
+
 def report_to_wire(report: Report) -> dict[str, Any]:
-    jobs = []
-    for j in report.jobs:
-        entry: dict[str, Any] = {"job": j.job, "iterations": j.iterations, "start_time": j.start_time,
-                                 "recent": [[n, t] for n, t in j.recent]}
-        if j.ideal_time is not None:
-            entry["ideal_time"] = j.ideal_time
-        jobs.append(entry)
     flows = [dict(f.key.to_dict(), job=f.job, bytes=f.bytes) for f in report.flows]
-    return {"v": VERSION, "host": report.host, "jobs": jobs, "flows": flows}
+    return {"v": VERSION, "host": report.host, "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
 
 
 def report_from_wire(msg: dict[str, Any]) -> Report:
     _obj(msg, "", ("v", "host", "jobs", "flows"))
     _version(msg)
-    host = _name(msg["host"], "host")
+    host = check_name(msg["host"], "host")
     jobs: list[JobReport] = []
     seen: set[str] = set()
     for i, raw in enumerate(_list(msg["jobs"], "jobs", MAX_JOBS)):
-        f = f"jobs[{i}]"
-        _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent"))
-        job = _name(raw["job"], f"{f}.job")
-        if job in seen:
-            raise SchemaError(f"{f}.job", f"{job!r} appears twice")
-        seen.add(job)
-        iterations = _int(raw["iterations"], f"{f}.iterations", 0, 2**53)
-        start = _num(raw["start_time"], f"{f}.start_time", 0, lo_open=True)
-        ideal = raw.get("ideal_time")
-        ideal = None if ideal is None else _num(ideal, f"{f}.ideal_time", 0, lo_open=True)
-        recent = []
-        for k, pair in enumerate(_list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise SchemaError(f"{f}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
-            recent.append((_int(pair[0], f"{f}.recent[{k}][0]", 1, iterations),
-                           _num(pair[1], f"{f}.recent[{k}][1]", start)))
-        jobs.append(JobReport(job, iterations, start, ideal, tuple(recent)))
+        job = job_from_wire(raw, f"jobs[{i}]")
+        if job.job in seen:
+            raise SchemaError(f"jobs[{i}].job", f"{job.job!r} appears twice")
+        seen.add(job.job)
+        jobs.append(job)
     flows: list[FlowReport] = []
     for f, raw, key, job in _flow_entries(msg["flows"], ("bytes",)):
         if job not in seen:
@@ -198,23 +240,24 @@ def _flow_entries(items: Any, extra: tuple[str, ...]) -> Iterator[tuple[str, Any
         if key in keys:
             raise SchemaError(f, f"flow {flow_label(key)} appears twice")
         keys.add(key)
-        yield f, raw, key, _name(raw["job"], f"{f}.job")
+        yield f, raw, key, check_name(raw["job"], f"{f}.job")
 
 
 # ---- LevelsReply ---------------------------------------------------------------------------------
 
 def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
-    return {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
+    return {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s, "decision_age_s": reply.decision_age_s,
             "dscp_by_level": list(reply.dscp_by_level),
             "flows": [dict(f.key.to_dict(), job=f.job, level=f.level) for f in reply.flows]}
 
 
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
     """Validate a reply; with ``known_jobs``, a level for any other job is refused."""
-    _obj(msg, "", ("v", "epoch", "lease_s", "dscp_by_level", "flows"))
+    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"))
     _version(msg)
     epoch = _int(msg["epoch"], "epoch", 0, 2**63 - 1)
     lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
+    age = _num(msg["decision_age_s"], "decision_age_s", 0)
     dscp = tuple(_int(d, f"dscp_by_level[{i}]", 0, 63)
                  for i, d in enumerate(_list(msg["dscp_by_level"], "dscp_by_level", MAX_LEVELS)))
     if not dscp:
@@ -227,4 +270,4 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
         if known is not None and job not in known:
             raise SchemaError(f"{f}.job", f"{job!r} is not a job of this host (known: {sorted(known)})")
         flows.append(FlowLevel(key, job, _int(raw["level"], f"{f}.level", 0, len(dscp) - 1)))
-    return LevelsReply(epoch, lease, dscp, tuple(flows))
+    return LevelsReply(epoch, lease, dscp, tuple(flows), age)

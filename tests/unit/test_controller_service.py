@@ -87,3 +87,18 @@ def test_levels_status_metrics_and_lease_fallback(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert eb.clears == 1 and eb.marks == {}
     assert b.lease.expires_at is None
+
+
+def test_replies_carry_the_age_of_the_decision_from_when_its_step_read_the_inputs() -> None:
+    from leveller.rpc.schema import FlowReport, JobReport, Report
+
+    mono = [10.0]
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.5, lease_s=1.0,
+                     monotonic=lambda: mono[0])
+    report = Report("h1", (JobReport("a", 3, 1000.0, 1.0),), (FlowReport(FA, "a", 10),))
+    assert ctl.report(report, 1010.0).decision_age_s == 0.0  # no decision yet (and no levels)
+    ctl.step(1010.0)
+    mono[0] = 12.5
+    reply = ctl.report(report, 1012.5)
+    assert reply.decision_age_s == 2.5 and [f.level for f in reply.flows] == [1]
+    assert ctl.status(1012.5)["decision_age_s"] == 2.5

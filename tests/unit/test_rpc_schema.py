@@ -22,7 +22,7 @@ def good_report() -> dict[str, Any]:
 
 
 def good_reply() -> dict[str, Any]:
-    return reply_to_wire(LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),)))
+    return reply_to_wire(LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25))
 
 
 def test_report_round_trip() -> None:
@@ -35,7 +35,7 @@ def test_report_round_trip() -> None:
 
 def test_reply_round_trip() -> None:
     r = reply_from_wire(decode(encode(good_reply())), known_jobs={"j1"})
-    assert r == LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),))
+    assert r == LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25)
 
 
 def mutate(msg: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
@@ -100,6 +100,9 @@ def test_report_rejects_duplicate_flow_and_too_many_jobs() -> None:
     (("dscp_by_level",), [8, 8], "dscp_by_level"),
     (("dscp_by_level",), [], "dscp_by_level"),
     (("epoch",), -1, "epoch"),
+    (("decision_age_s",), -0.5, "decision_age_s"),  # a decision from the future: a broken controller
+    (("decision_age_s",), float("nan"), "decision_age_s"),
+    (("decision_age_s",), KeyError, "decision_age_s"),  # without it an agent cannot tell stale levels
 ])
 def test_reply_rejects(path: tuple[Any, ...], value: Any, field: str) -> None:
     with pytest.raises(SchemaError) as info:
