@@ -6,11 +6,19 @@
  *     -> {"ok": true, "pid": P, "job": "J", "job_tc": T|null, "qps": [{"qp": N, "state": "RTS",
  *         "tc": T|null, "local": {"qpn", "port", "gid"}, "remote": {"qpn", "lid", "gid"},
  *         "resurrections": n, "failures": n, "last_pause_us": x, "last_error": s|null}]}
- *   {"op": "set_tc", "qp": N, "tc": T}       one QP
- *   {"op": "set_tc", "job": "J", "tc": T}    every QP of job J (and future ones)
+ *   {"op": "set_tc", "qp": N, "tc": T [, "lease_ms": L]}      one QP
+ *   {"op": "set_tc", "job": "J", "tc": T [, "lease_ms": L]}   every QP of job J (and future ones)
  *     -> {"ok": bool, "job_match": bool, "results": [{"qp": N, "ok": bool, "old_tc": a, "tc": b,
  *         "changed": bool, "deferred": bool, "pause_us": x, "drain_us": y, "error": s}]}
+ *   {"op": "lease", "ms": L}                 renew the lease (L = 0: end it now, synchronously)
+ *     -> {"ok": true, "was_armed": bool}     false: it had run out (the QPs went back already)
  *   anything else -> {"ok": false, "error": "..."}
+ *
+ * The lease: a set_tc with "lease_ms" (or a "lease" op) arms a deadline L ms
+ * ahead on CLOCK_MONOTONIC. A thread of the shim's own watches it; when it
+ * passes without renewal, every QP is rebuilt at the class the application
+ * gave it and the job class is dropped, so the agent's levels end even if the
+ * agent was killed. Without any lease (manual set_tc), classes stay.
  *
  * Socket path: $LEVELLER_SHIM_SOCK, else leveller-shim-<pid>.sock in
  * /run/leveller (if writable), $XDG_RUNTIME_DIR, or /tmp. The job name comes
@@ -25,13 +33,24 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
 
+#define LEASE_MAX_MS 86400000L
+
 static pthread_mutex_t g_start = PTHREAD_MUTEX_INITIALIZER;
 static pid_t g_started_pid;
 static char g_path[108];
+
+/* One traffic-class change at a time: the control thread and the lease thread. */
+static pthread_mutex_t g_tc = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_lease_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_lease_cv;
+static int g_lease_armed;
+static uint64_t g_lease_deadline_ns; /* CLOCK_MONOTONIC */
+static uint64_t g_lease_expiries;
 
 struct out {
 	char *s;
@@ -142,6 +161,119 @@ static int get_int(const char *line, const char *key, long *v)
 	return 1;
 }
 
+/* ---- the agent's lease ---------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Arm (or renew) the lease ms from now; returns whether it was still running. */
+static int lease_arm(long ms)
+{
+	pthread_mutex_lock(&g_lease_m);
+	uint64_t now = mono_ns();
+	int was = g_lease_armed && now < g_lease_deadline_ns;
+	g_lease_armed = 1;
+	g_lease_deadline_ns = now + (uint64_t)ms * 1000000ull;
+	pthread_cond_broadcast(&g_lease_cv);
+	pthread_mutex_unlock(&g_lease_m);
+	return was;
+}
+
+/* The lease ended: every QP back to the application's class, no job class. Caller holds g_tc. */
+static void lease_revert(void)
+{
+	int n;
+	struct shim_qp **qs = shim_qps_snapshot(&n);
+	shim_set_job_tc(-1);
+	for (int i = 0; i < n; i++) {
+		struct shim_qp *q = qs[i];
+		pthread_mutex_lock(&q->m);
+		q->desired_tc = -1;
+		int app = q->app_tc, revert = q->connected && app >= 0 && shim_qp_tc(q) != app;
+		pthread_mutex_unlock(&q->m);
+		if (revert) {
+			int old, deferred;
+			double pause, drain;
+			shim_set_tc(q, app, &old, &deferred, &pause, &drain); /* a failure is in q->last_error */
+			pthread_mutex_lock(&q->m);
+			q->desired_tc = -1;
+			pthread_mutex_unlock(&q->m);
+		}
+	}
+	free(qs);
+}
+
+static void *lease_watch(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g_lease_m);
+	for (;;) {
+		if (!g_lease_armed) {
+			pthread_cond_wait(&g_lease_cv, &g_lease_m);
+			continue;
+		}
+		uint64_t deadline = g_lease_deadline_ns;
+		if (mono_ns() < deadline) {
+			struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+			pthread_cond_timedwait(&g_lease_cv, &g_lease_m, &ts);
+			continue;
+		}
+		pthread_mutex_unlock(&g_lease_m);
+		pthread_mutex_lock(&g_tc);
+		pthread_mutex_lock(&g_lease_m);
+		/* renewed while we waited for g_tc: nothing ran out */
+		int expired = g_lease_armed && mono_ns() >= g_lease_deadline_ns;
+		if (expired) {
+			g_lease_armed = 0;
+			g_lease_expiries++;
+		}
+		pthread_mutex_unlock(&g_lease_m);
+		if (expired)
+			lease_revert();
+		pthread_mutex_unlock(&g_tc);
+		pthread_mutex_lock(&g_lease_m);
+	}
+	return NULL;
+}
+
+/* Milliseconds left (-1: no lease running). */
+static long lease_left_ms(uint64_t *expiries)
+{
+	pthread_mutex_lock(&g_lease_m);
+	uint64_t now = mono_ns();
+	long left = g_lease_armed && now < g_lease_deadline_ns ? (long)((g_lease_deadline_ns - now) / 1000000ull) : -1;
+	*expiries = g_lease_expiries;
+	pthread_mutex_unlock(&g_lease_m);
+	return left;
+}
+
+static void do_lease(struct out *o, const char *line)
+{
+	long ms;
+	if (get_int(line, "ms", &ms) != 1 || ms < 0 || ms > LEASE_MAX_MS) {
+		put(o, "{\"ok\": false, \"error\": \"field 'ms' must be an integer 0..%ld (0 ends the lease now)\"}",
+		    LEASE_MAX_MS);
+		return;
+	}
+	pthread_mutex_lock(&g_tc);
+	int was;
+	if (ms > 0) {
+		was = lease_arm(ms);
+	} else {
+		pthread_mutex_lock(&g_lease_m);
+		was = g_lease_armed && mono_ns() < g_lease_deadline_ns;
+		g_lease_armed = 0;
+		pthread_mutex_unlock(&g_lease_m);
+		lease_revert();
+	}
+	pthread_mutex_unlock(&g_tc);
+	put(o, "{\"ok\": true, \"was_armed\": %s}", was ? "true" : "false");
+}
+
 static void put_qp(struct out *o, struct shim_qp *q)
 {
 	pthread_mutex_lock(&q->m);
@@ -149,6 +281,8 @@ static void put_qp(struct out *o, struct shim_qp *q)
 	put_tc(o, q->connected ? shim_qp_tc(q) : -1);
 	put(o, ", \"desired_tc\": ");
 	put_tc(o, q->desired_tc);
+	put(o, ", \"app_tc\": ");
+	put_tc(o, q->app_tc);
 	put(o, ", \"connected\": %s", q->connected ? "true" : "false");
 	if (q->connected) {
 		put(o, ", \"local\": {\"qpn\": %u, \"port\": %u, \"gid\": ", q->local.qpn, q->local.port);
@@ -177,6 +311,14 @@ static void do_list(struct out *o)
 	put_str(o, shim_job());
 	put(o, ", \"job_tc\": ");
 	put_tc(o, shim_job_tc());
+	uint64_t expiries;
+	long left = lease_left_ms(&expiries);
+	put(o, ", \"lease_ms_left\": ");
+	if (left < 0)
+		put(o, "null");
+	else
+		put(o, "%ld", left);
+	put(o, ", \"lease_expiries\": %lu", (unsigned long)expiries);
 	put(o, ", \"qps\": [");
 	for (int i = 0; i < n; i++) {
 		if (i)
@@ -208,13 +350,16 @@ static int set_one(struct out *o, struct shim_qp *q, int tc)
 	return rc;
 }
 
+static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const char *job);
+
 static void do_set_tc(struct out *o, const char *line)
 {
-	long tc, qpn = -1;
+	long tc, qpn = -1, lease_ms = 0;
 	char job[256];
 	int has_tc = get_int(line, "tc", &tc);
 	int has_qp = get_int(line, "qp", &qpn);
 	int has_job = get_str(line, "job", job, sizeof(job));
+	int has_lease = get_int(line, "lease_ms", &lease_ms);
 	if (has_tc != 1 || tc < 0 || tc > 255) {
 		put(o, "{\"ok\": false, \"error\": \"field 'tc' must be an integer traffic class 0..255\"}");
 		return;
@@ -223,6 +368,19 @@ static void do_set_tc(struct out *o, const char *line)
 		put(o, "{\"ok\": false, \"error\": \"give exactly one of 'qp' (integer QP number) or 'job' (string)\"}");
 		return;
 	}
+	if (has_lease < 0 || (has_lease == 1 && (lease_ms < 1 || lease_ms > LEASE_MAX_MS))) {
+		put(o, "{\"ok\": false, \"error\": \"field 'lease_ms' must be an integer 1..%ld\"}", LEASE_MAX_MS);
+		return;
+	}
+	pthread_mutex_lock(&g_tc);
+	if (has_lease == 1)
+		lease_arm(lease_ms); /* before the change: the deadline counts from the request */
+	set_tc_locked(o, tc, qpn, has_qp, job);
+	pthread_mutex_unlock(&g_tc);
+}
+
+static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const char *job)
+{
 	if (has_qp == 1) {
 		struct shim_qp *q = qpn >= 0 && qpn <= 0xffffff ? shim_qp_by_num((uint32_t)qpn) : NULL;
 		if (!q) {
@@ -261,14 +419,16 @@ static void handle(int fd, const char *line)
 	char op[32];
 	int has = get_str(line, "op", op, sizeof(op));
 	if (has != 1)
-		put(&o, "{\"ok\": false, \"error\": \"field 'op' (string) is required: list or set_tc\"}");
+		put(&o, "{\"ok\": false, \"error\": \"field 'op' (string) is required: list, set_tc or lease\"}");
 	else if (strcmp(op, "list") == 0)
 		do_list(&o);
 	else if (strcmp(op, "set_tc") == 0)
 		do_set_tc(&o, line);
+	else if (strcmp(op, "lease") == 0)
+		do_lease(&o, line);
 	else {
 		char msg[96];
-		snprintf(msg, sizeof(msg), "unknown op '%s'; allowed: list, set_tc", op);
+		snprintf(msg, sizeof(msg), "unknown op '%s'; allowed: list, set_tc, lease", op);
 		put(&o, "{\"ok\": false, \"error\": ");
 		put_str(&o, msg);
 		put(&o, "}");
@@ -369,10 +529,19 @@ void shim_control_start(void)
 	static int registered;
 	if (!registered++)
 		atexit(cleanup);
+	static int cv_ready;
+	if (!cv_ready++) {
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&g_lease_cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	pthread_t th;
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_create(&th, &at, lease_watch, NULL);
 	pthread_create(&th, &at, serve, (void *)(intptr_t)ls);
 	pthread_attr_destroy(&at);
 	pthread_mutex_unlock(&g_start);

@@ -9,7 +9,9 @@
  *              post_recv, poll_cq), QP/CQ registry and per-QP bookkeeping.
  * resurrect.c  change a QP's traffic class: hold, drain, ERR, RESET, INIT,
  *              RTR (new grh.traffic_class, PSNs continued), RTS, release.
- * control.c    unix-socket control channel (line-delimited JSON).
+ * control.c    unix-socket control channel (line-delimited JSON) and the
+ *              agent's lease: when it runs out, every QP goes back to the
+ *              class the application gave it (a timer thread of its own).
  */
 #ifndef LEVELLER_SHIM_H
 #define LEVELLER_SHIM_H
@@ -95,6 +97,7 @@ struct shim_qp {
 	struct shim_endpoint local, remote;
 	int connected; /* RTR seen */
 	int desired_tc; /* applied at the next RTR; -1 = none */
+	int app_tc;	/* class the application asked for at its RTR; -1 = none (no GRH) */
 
 	/* send queue: sequence numbers of posted WRs and signaled ones pending */
 	uint64_t posted_seq, completed_seq;

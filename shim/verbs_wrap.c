@@ -459,6 +459,7 @@ struct ibv_qp *shim_wrap_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *i
 	q->sig_all = ia->sq_sig_all;
 	q->state = IBV_QPS_RESET;
 	q->desired_tc = -1;
+	q->app_tc = -1;
 	pthread_mutex_init(&q->m, NULL);
 	pthread_cond_init(&q->cv, NULL);
 	q->scq = cq_get(ia->send_cq);
@@ -489,8 +490,11 @@ int shim_wrap_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	if (to_rtr && (mask & IBV_QP_AV) && a.ah_attr.is_global && tc >= 0)
 		a.ah_attr.grh.traffic_class = (uint8_t)tc; /* the controller's class from the start */
 	int rc = shim_real.modify_qp(qp, &a, mask);
-	if (rc == 0)
+	if (rc == 0) {
 		shim_record_qp_attr(q, &a, mask);
+		if (to_rtr && (mask & IBV_QP_AV))
+			q->app_tc = attr->ah_attr.is_global ? attr->ah_attr.grh.traffic_class : -1;
+	}
 	pthread_mutex_unlock(&q->m);
 	return rc;
 }

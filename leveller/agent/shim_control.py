@@ -5,7 +5,10 @@ RC queue pair serves a unix socket (``leveller-shim-<pid>.sock`` in
 /run/leveller, $XDG_RUNTIME_DIR or /tmp, or ``$LEVELLER_SHIM_SOCK``). The host
 agent lists the QPs there (job, local/remote endpoints learnt at RTR, so the
 controller sees RDMA flows like TCP ones) and changes a job's traffic class,
-which the shim applies by rebuilding each QP (QP resurrection).
+which the shim applies by rebuilding each QP (QP resurrection). A change made
+with a lease (``lease_ms``; renewed with :meth:`ShimClient.lease`) ends by
+itself: when the lease runs out, the shim's own timer rebuilds every QP at the
+class the application gave it, whether or not the agent is still alive.
 
 The mapping from a LEVELLER level to a traffic class is the caller's: pass it
 to :func:`apply_job_level` (:func:`dscp_traffic_class` helps when levels map
@@ -24,6 +27,7 @@ from typing import Any, Callable, Iterable
 from leveller.errors import UserError
 
 SOCKET_GLOB = "leveller-shim-*.sock"
+LEASE_MAX_MS = 86_400_000
 
 
 class ShimError(Exception):
@@ -146,8 +150,10 @@ class ShimClient:
             for q in reply["qps"]
         ]
 
-    def set_traffic_class(self, tc: int, *, qp: int | None = None, job: str | None = None) -> list[TcResult]:
-        """Give one QP (``qp``) or every QP of ``job`` the traffic class ``tc``.
+    def set_traffic_class(self, tc: int, *, qp: int | None = None, job: str | None = None,
+                          lease_ms: int | None = None) -> list[TcResult]:
+        """Give one QP (``qp``) or every QP of ``job`` the traffic class ``tc``; with ``lease_ms``, the
+        shim's lease is (re)armed that far ahead first (when it runs out, classes go back by themselves).
 
         Returns one result per QP touched (none if this process runs another
         job). A failed QP keeps its old class and carries the shim's error.
@@ -164,6 +170,8 @@ class ShimClient:
             if not isinstance(job, str) or not job or "\n" in job or '"' in job:
                 raise UserError(f"job: got {job!r}; allowed: a non-empty name without quotes or newlines")
             message["job"] = job
+        if lease_ms is not None:
+            message["lease_ms"] = _lease_ms(lease_ms, low=1)
         reply = self.request(message)
         if "results" not in reply:
             raise ShimError(f"shim {self.path}: {reply.get('error')}")
@@ -175,10 +183,25 @@ class ShimClient:
             for r in reply["results"]
         ]
 
+    def lease(self, ms: int) -> bool:
+        """Renew the shim's lease ``ms`` ahead (0: end it now; the shim then puts every QP back to the
+        application's class before answering). Returns whether the lease was still running: False
+        means it had run out and the QPs are back at their own classes already."""
+        reply = self.request({"op": "lease", "ms": _lease_ms(ms, low=0)})
+        if not reply.get("ok"):
+            raise ShimError(f"shim {self.path}: {reply.get('error')}")
+        return bool(reply.get("was_armed"))
+
     def pid(self) -> int:
         """Process id from the socket name (-1 for a custom socket path)."""
         text = self.path.name[len("leveller-shim-"):-len(".sock")]
         return int(text) if self.path.name.startswith("leveller-shim-") and text.isdigit() else -1
+
+
+def _lease_ms(ms: int, low: int) -> int:
+    if isinstance(ms, bool) or not isinstance(ms, int) or not low <= ms <= LEASE_MAX_MS:
+        raise UserError(f"lease: got {ms!r} ms; allowed: an integer {low}..{LEASE_MAX_MS}")
+    return ms
 
 
 def apply_job_level(job: str, level: int, level_to_tc: Callable[[int], int],

@@ -255,3 +255,78 @@ def test_trailing_unsignaled_sends_are_drained_by_a_fence(build: Path, tmp_path:
         run.kill()
     assert_intact(summary)  # the fence's completions never reached the application
     assert_no_forbidden(parse_fake_log(run.log))
+
+
+def _tc_of(client: shim_control.ShimClient, qpn: int) -> int | None:
+    return {q.qp: q.tc for q in client.list_qps()}[qpn]
+
+
+def test_a_lease_that_runs_out_puts_the_application_class_back_by_itself(build: Path, tmp_path: Path) -> None:
+    """The agent's lease is kept by the shim's own timer: nobody tells it, the QPs go back to the class
+    the application gave them (64 here, not 0) once the lease ends, and never before."""
+    run = StreamRun(build, tmp_path, extra_args=["--tc", "64"])
+    try:
+        a, b = run.ids["qp_a"], run.ids["qp_b"]
+        client = shim_control.ShimClient(run.sock)
+        wait_for_wire(run.log, a, 64)
+        sent = time.monotonic()
+        results = client.set_traffic_class(160, job="jobA", lease_ms=600)
+        assert all(r.ok and r.tc == 160 for r in results) and len(results) == 2
+        listing = client.request({"op": "list"})
+        assert listing["job_tc"] == 160 and 0 < listing["lease_ms_left"] <= 600
+        assert {q["qp"]: q["app_tc"] for q in listing["qps"]} == {a: 64, b: 64}
+        wait_for_wire(run.log, a, 160)
+        deadline = time.monotonic() + 10
+        while _tc_of(client, a) != 64 or _tc_of(client, b) != 64:
+            assert time.monotonic() < deadline, "the lease ran out but the classes stayed"
+            time.sleep(0.01)
+        back = time.monotonic()
+        assert back - sent >= 0.6  # not before the lease ended
+        wait_for_wire(run.log, a, 64)
+        listing = client.request({"op": "list"})
+        assert listing["job_tc"] is None and listing["lease_ms_left"] is None and listing["lease_expiries"] == 1
+        summary = run.stop()
+    finally:
+        run.kill()
+    assert_intact(summary)
+    assert_no_forbidden(parse_fake_log(run.log))
+
+
+def test_a_renewed_lease_keeps_the_class_and_ending_it_restores_at_once(build: Path, tmp_path: Path) -> None:
+    run = StreamRun(build, tmp_path)
+    try:
+        a = run.ids["qp_a"]
+        client = shim_control.ShimClient(run.sock)
+        assert client.lease(300) is False  # nothing was running yet
+        (res,) = client.set_traffic_class(96, qp=a, lease_ms=300)
+        assert res.ok
+        for _ in range(10):  # 1 s in all, three times the lease, renewed every 0.1 s
+            time.sleep(0.1)
+            assert client.lease(300) is True
+        assert _tc_of(client, a) == 96
+        assert client.lease(0) is True  # end it now: back before the answer
+        assert _tc_of(client, a) == 0
+        assert client.lease(300) is False
+        summary = run.stop()
+    finally:
+        run.kill()
+    assert_intact(summary)
+
+
+def test_lease_requests_are_validated(build: Path, tmp_path: Path) -> None:
+    run = StreamRun(build, tmp_path)
+    try:
+        client = shim_control.ShimClient(run.sock)
+        assert "'ms'" in client.request({"op": "lease", "ms": -1})["error"]
+        assert "'ms'" in client.request({"op": "lease"})["error"]
+        assert "'lease_ms'" in client.request({"op": "set_tc", "job": "jobA", "tc": 8, "lease_ms": 0})["error"]
+        with pytest.raises(UserError, match="lease"):
+            client.set_traffic_class(8, job="jobA", lease_ms=0)
+        with pytest.raises(UserError, match="lease"):
+            client.lease(-5)
+        listing = client.request({"op": "list"})
+        assert listing["lease_ms_left"] is None and {q["tc"] for q in listing["qps"]} == {0}
+        summary = run.stop()
+    finally:
+        run.kill()
+    assert_intact(summary)
