@@ -8,6 +8,9 @@
  *   -DFLOW_DSCP_MAX=<n>   entries of flow_dscp_egress (plain hash: userspace
  *                         is the only writer and reports a full map)
  *
+ * DSCP rewrites happen only while the agent's lease (flow_lease_egress, see
+ * flow_marker.h) has not run out by the kernel clock.
+ *
  * The program never drops, truncates or delays a packet: every path returns
  * TC_ACT_OK. Packets it does not understand (non-IP, IPv4 options or
  * fragments, IPv6 extension headers, neither TCP nor UDP, headers not in the
@@ -40,6 +43,7 @@
 
 BPF_TABLE("lru_hash", struct flow_key, struct flow_stats, flow_stats_egress, FLOW_STATS_MAX);
 BPF_HASH(flow_dscp_egress, struct flow_key, struct flow_dscp, FLOW_DSCP_MAX);
+BPF_ARRAY(flow_lease_egress, struct flow_lease, 1);
 
 /* Read the L4 ports at l4 into key; 0 if the L4 header is truncated. */
 static __always_inline int parse_ports(void *l4, void *data_end, __u8 proto,
@@ -94,12 +98,23 @@ static __always_inline void count_packet(struct __sk_buff *skb, struct flow_key 
 	st->cgroup_id = cgroup_id;
 }
 
+/* Whether the agent's lease still runs (a deadline of 0 never does). */
+static __always_inline int lease_valid(void)
+{
+	__u32 zero = 0;
+	struct flow_lease *lease = flow_lease_egress.lookup(&zero);
+
+	return lease && bpf_ktime_get_ns() < lease->deadline_ns;
+}
+
 /* The wanted DSCP of the flow, or -1 to leave the packet alone. */
 static __always_inline int wanted_dscp(struct flow_key *key)
 {
 	struct flow_dscp *d = flow_dscp_egress.lookup(key);
 
 	if (!d || (d->mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK)) || !(d->mark & FLOW_DSCP_SET))
+		return -1;
+	if (!lease_valid())
 		return -1;
 	return d->mark & FLOW_DSCP_MASK;
 }

@@ -49,4 +49,13 @@ struct flow_dscp {
 	__u8 mark;
 };
 
+/* The agent's lease on its marks: the only entry (key 0) of flow_lease_egress.
+ * deadline_ns is a bpf_ktime_get_ns() time (CLOCK_MONOTONIC). No packet is
+ * rewritten at or after it, whatever flow_dscp_egress holds, so marks end on
+ * time even when the agent is killed and nobody clears the map.
+ * 0 (the value at load) means no lease: nothing is rewritten. */
+struct flow_lease {
+	__u64 deadline_ns;
+};
+
 #endif /* LEVELLER_FLOW_MARKER_H */

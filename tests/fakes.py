@@ -13,9 +13,11 @@ class RecordingEnforcer:
     def __init__(self) -> None:
         self.marks: dict[FlowKey, int] = {}
         self.clears = 0
+        self.valid_for: list[float] = []  # the lease given with every apply
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
         self.marks = dict(marks)
+        self.valid_for.append(valid_for_s)
 
     def clear(self) -> None:
         self.marks = {}

@@ -4,9 +4,12 @@ Loads the program through bcc, attaches it with pyroute2 to an interface
 (optionally inside a named network namespace) and removes exactly what it
 added on detach: its own filter, and the clsact qdisc only if it created it
 and nothing else hangs on it (bcc never removes tc filters). Map writes and
-counter reads are batched (BPF_MAP_*_BATCH).
+counter reads are batched (BPF_MAP_*_BATCH). The program rewrites only while
+the lease written with set_lease() runs by the kernel clock, so the marks of an
+agent that was killed end by themselves.
 
     with Datapath("eth0", max_flows=65536) as dp:
+        dp.set_lease(3.0)          # rewrites stop by themselves 3 s from now (kernel clock)
         dp.set_dscp({key: 46})
         stats = dp.read_stats()
 
@@ -16,6 +19,7 @@ FILTER_HANDLE, name PROGRAM_NAME on the egress hook; cleanup_stale() removes it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -25,12 +29,15 @@ from leveller.agent import libbpf
 from leveller.agent.flow_structs import (
     DSCP_FORMAT,
     KEY_FORMAT,
+    LEASE_FORMAT,
+    LEASE_KEY_FORMAT,
     STATS_FORMAT,
     FlowKey,
     FlowStats,
     decode_dscp,
     encode_dscp,
 )
+from leveller.agent.names import check_ifname, check_netns
 from leveller.errors import UserError
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
@@ -38,6 +45,7 @@ SOURCE = BPF_DIR / "flow_marker.c"
 PROGRAM_NAME = "leveller_egress"
 STATS_MAP = "flow_stats_egress"
 DSCP_MAP = "flow_dscp_egress"
+LEASE_MAP = "flow_lease_egress"
 EGRESS_PARENT = 0xFFFFFFF3  # "ffff:fff3": clsact egress hook
 INGRESS_PARENT = 0xFFFFFFF2
 FILTER_PRIO = 0x4C56  # "LV": the priority (pref) our filter owns on the egress hook
@@ -57,8 +65,9 @@ class Datapath:
     def __init__(self, ifname: str, netns: str | None = None, max_flows: int = DEFAULT_MAX_FLOWS,
                  max_marked_flows: int | None = None) -> None:
         """max_flows sizes the counter map (LRU), max_marked_flows the DSCP map (default: max_flows)."""
-        if not ifname or len(ifname) > 15 or "/" in ifname or any(c.isspace() for c in ifname):
-            raise UserError(f"ifname={ifname!r}: an interface name is 1-15 characters, no '/' or spaces")
+        check_ifname(ifname, "ifname")
+        if netns is not None:
+            check_netns(netns, "netns")
         for name, value in (("max_flows", max_flows), ("max_marked_flows", max_marked_flows)):
             if value is not None and (not isinstance(value, int) or not 1 <= value <= MAX_MAP_ENTRIES):
                 raise UserError(f"{name}={value!r}: allowed is an integer in 1..{MAX_MAP_ENTRIES}")
@@ -72,6 +81,7 @@ class Datapath:
         self._dscp: dict[FlowKey, int] = {}  # what we wrote into flow_dscp_egress
         self._stats_fd = -1
         self._dscp_fd = -1
+        self._lease_fd = -1
 
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self) -> Datapath:
@@ -108,8 +118,7 @@ class Datapath:
             except Exception as exc:
                 self._release_bpf()
                 raise DatapathError(f"loading {SOURCE.name} failed: {exc}") from exc
-            self._stats_fd = self._bpf.get_table(STATS_MAP.encode()).map_fd
-            self._dscp_fd = self._bpf.get_table(DSCP_MAP.encode()).map_fd
+            self._map_fds()
             added_clsact = False
             try:
                 if not _has_clsact(ipr, ifindex):
@@ -150,7 +159,12 @@ class Datapath:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
-        self._stats_fd = self._dscp_fd = -1
+        self._stats_fd = self._dscp_fd = self._lease_fd = -1
+
+    def _map_fds(self) -> None:
+        self._stats_fd = self._bpf.get_table(STATS_MAP.encode()).map_fd
+        self._dscp_fd = self._bpf.get_table(DSCP_MAP.encode()).map_fd
+        self._lease_fd = self._bpf.get_table(LEASE_MAP.encode()).map_fd
 
     def _where(self) -> str:
         return f"{self.ifname}" + (f" in netns {self.netns}" if self.netns else "")
@@ -158,6 +172,28 @@ class Datapath:
     def _require_attached(self) -> None:
         if not self.attached:
             raise DatapathError("datapath is not attached (use it as a context manager or call attach())")
+
+    # ---- lease ----------------------------------------------------------
+    def set_lease(self, valid_for_s: float) -> None:
+        """Let the DSCP map act for ``valid_for_s`` more seconds (kernel clock); 0 ends it now."""
+        if not valid_for_s >= 0:
+            raise UserError(f"valid_for_s={valid_for_s!r}: allowed is a number >= 0")
+        deadline = time.monotonic_ns() + int(valid_for_s * 1e9) if valid_for_s > 0 else 0
+        self.set_lease_deadline(deadline)
+
+    def set_lease_deadline(self, deadline_ns: int) -> None:
+        """Rewrite nothing at or after CLOCK_MONOTONIC time ``deadline_ns`` (bpf_ktime_get_ns; 0 = now)."""
+        self._require_attached()
+        try:
+            libbpf.map_update_batch(self._lease_fd, LEASE_KEY_FORMAT.pack(0), LEASE_FORMAT.pack(deadline_ns), 1)
+        except libbpf.BpfSyscallError as exc:
+            raise DatapathError(f"writing the lease into {LEASE_MAP}: {exc}") from exc
+
+    def lease_deadline(self) -> int:
+        """The lease deadline the kernel holds (CLOCK_MONOTONIC ns; 0 = no lease)."""
+        self._require_attached()
+        rows = libbpf.map_lookup_all(self._lease_fd, LEASE_KEY_FORMAT.size, LEASE_FORMAT.size, 1)
+        return int(LEASE_FORMAT.unpack(rows[0][1])[0]) if rows else 0
 
     # ---- DSCP map -------------------------------------------------------
     def set_dscp(self, mapping: Mapping[FlowKey, int]) -> None:
@@ -249,8 +285,7 @@ def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None) ->
     dp._bpf = BPF(src_file=str(SOURCE).encode(), cflags=[
         f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={dp.max_flows}", f"-DFLOW_DSCP_MAX={dp.max_marked_flows}"])
     dp._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
-    dp._stats_fd = dp._bpf.get_table(STATS_MAP.encode()).map_fd
-    dp._dscp_fd = dp._bpf.get_table(DSCP_MAP.encode()).map_fd
+    dp._map_fds()
     dp._ifindex = -1  # "attached" for the map API; detach() must not touch tc
     return dp
 

@@ -26,13 +26,15 @@ def from_datapath_key(key: Any) -> FlowKey | None:
 
 
 class BpfEnforcer:
-    """Enforcer over an attached Datapath: ``apply`` writes only what changed."""
+    """Enforcer over an attached Datapath: ``apply`` writes only the marks that changed, then the kernel's
+    lease deadline (a failed map update leaves the old deadline to run out); ``clear`` ends the lease
+    first (one write stops every rewrite), then empties the map."""
 
     def __init__(self, datapath: Any) -> None:
         self.datapath = datapath
         self.current: dict[FlowKey, int] = {}
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
         changed = {to_datapath_key(k): d for k, d in marks.items() if self.current.get(k) != d}
         gone = [to_datapath_key(k) for k in self.current if k not in marks]
         if changed:
@@ -40,8 +42,10 @@ class BpfEnforcer:
         if gone:
             self.datapath.clear_dscp(gone)
         self.current = dict(marks)
+        self.datapath.set_lease(valid_for_s)
 
     def clear(self) -> None:
+        self.datapath.set_lease(0)
         if self.current:
             self.datapath.clear_dscp([to_datapath_key(k) for k in self.current])
         self.current = {}

@@ -8,8 +8,11 @@ as flows (FlowSource) and names their job from the shim (LEVELLER_JOB), so
 the controller ranks and levels them like TCP flows. :class:`ShimEnforcer`
 turns the levels' DSCPs back into a traffic class (DSCP << 2) per QP and asks
 the owning shim to rebuild that QP (QP resurrection); ``clear`` gives every QP
-it changed its original class back. :class:`SplitEnforcer` sends QP flows
-to the shim and everything else to another enforcer (the eBPF datapath).
+it changed its original class back. Every change carries the agent's lease,
+renewed at each ``apply``: when it runs out, the shim's own timer puts the
+QPs back, so they fall back even if the agent dies. :class:`SplitEnforcer`
+sends QP flows to the shim and everything else to another enforcer (the eBPF
+datapath).
 
 A QP whose change fails keeps its old class (the shim guarantees that); the
 enforcer records the error and retries at the next ``apply``. A shim process
@@ -19,12 +22,14 @@ that vanished takes its QPs with it: they are forgotten.
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from leveller.agent.reports import FlowSample
-from leveller.agent.shim_control import QpInfo, ShimClient, ShimError, discover, dscp_traffic_class
+from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, \
+    dscp_traffic_class
 from leveller.core.paths import FlowKey, flow_key
 
 ROCE_V2_PORT = 4791
@@ -36,7 +41,7 @@ class JobClassifier(Protocol):
 
 
 class Enforcer(Protocol):
-    def apply(self, marks: Mapping[FlowKey, int]) -> None: ...
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None: ...
 
     def clear(self) -> None: ...
 
@@ -130,34 +135,70 @@ class ShimEnforcer:
     def owns(self, key: FlowKey) -> bool:
         return key in self.flows.qps or key in self._refs
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        """Give QP flows in ``marks`` their class; QP flows we changed that are not in ``marks`` get theirs back."""
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
+        """Give QP flows in ``marks`` their class for ``valid_for_s`` seconds (the shims' lease, renewed
+        here); QP flows we changed that are not in ``marks`` get theirs back."""
         self.errors = []
+        lease_ms = min(LEASE_MAX_MS, max(1, math.ceil(valid_for_s * 1000)))
+        self._renew(lease_ms)
         for key, dscp in marks.items():
             ref = self.flows.qps.get(key)
             if ref is not None and self.current.get(key) != dscp:
-                if self._set(key, ref, self.dscp_to_tc(dscp)):
+                if self._set(key, ref, self.dscp_to_tc(dscp), lease_ms):
                     self.current[key] = dscp
         for key in [k for k in self.current if k not in marks]:
             self._restore(key)
 
     def clear(self) -> None:
-        """Every QP we changed goes back to its original traffic class."""
+        """Every QP we changed goes back to its original traffic class: each shim ends its lease."""
         self.errors = []
-        for key in list(self.current):
-            self._restore(key)
+        for path, keys in self._by_socket().items():
+            ref = self._refs[keys[0]]
+            try:
+                self.flows.client(path, self.flows.timeout_s).lease(0)
+            except ShimError as exc:
+                if ref.socket.exists() and Path(f"/proc/{ref.pid}").exists():
+                    self.errors.append(f"pid {ref.pid} ({ref.job}): {exc}; its own lease ends the classes")
+            self._forget(keys)
 
-    def _restore(self, key: FlowKey) -> None:
-        ref = self._refs.get(key)
-        if ref is None or self._set(key, ref, self.original.get(key, 0)):
+    def _renew(self, lease_ms: int) -> None:
+        """Renew the lease of every shim holding QPs we changed; a shim whose lease ran out has put them
+        back already: forget them (the next change starts afresh)."""
+        for path, keys in self._by_socket().items():
+            ref = self._refs[keys[0]]
+            try:
+                running = self.flows.client(path, self.flows.timeout_s).lease(lease_ms)
+            except ShimError as exc:
+                if not ref.socket.exists() or not Path(f"/proc/{ref.pid}").exists():
+                    self._forget(keys)  # the process ended: its QPs are gone
+                else:
+                    self.errors.append(f"pid {ref.pid} ({ref.job}): lease not renewed: {exc}")
+                continue
+            if not running:
+                self._forget(keys)
+
+    def _by_socket(self) -> dict[Path, list[FlowKey]]:
+        out: dict[Path, list[FlowKey]] = {}
+        for key, ref in self._refs.items():
+            out.setdefault(ref.socket, []).append(key)
+        return out
+
+    def _forget(self, keys: Iterable[FlowKey]) -> None:
+        for key in keys:
             self.current.pop(key, None)
             self.original.pop(key, None)
             self._refs.pop(key, None)
 
-    def _set(self, key: FlowKey, ref: QpRef, tc: int) -> bool:
+    def _restore(self, key: FlowKey) -> None:
+        ref = self._refs.get(key)
+        if ref is None or self._set(key, ref, self.original.get(key, 0)):
+            self._forget([key])
+
+    def _set(self, key: FlowKey, ref: QpRef, tc: int, lease_ms: int | None = None) -> bool:
         """True when the QP has class ``tc`` afterwards, or is gone (nothing left to change)."""
         try:
-            results = self.flows.client(ref.socket, self.flows.timeout_s).set_traffic_class(tc, qp=ref.qp)
+            results = self.flows.client(ref.socket, self.flows.timeout_s).set_traffic_class(
+                tc, qp=ref.qp, lease_ms=lease_ms)
         except ShimError as exc:
             if not ref.socket.exists() or not Path(f"/proc/{ref.pid}").exists():
                 return True  # the process ended: its QPs are gone
@@ -180,9 +221,9 @@ class SplitEnforcer:
     def __init__(self, shim: ShimEnforcer, other: Enforcer) -> None:
         self.shim, self.other = shim, other
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        self.other.apply({k: v for k, v in marks.items() if not self.shim.owns(k)})
-        self.shim.apply(marks)
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
+        self.other.apply({k: v for k, v in marks.items() if not self.shim.owns(k)}, valid_for_s)
+        self.shim.apply(marks, valid_for_s)
 
     def clear(self) -> None:
         try:

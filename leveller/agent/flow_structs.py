@@ -55,11 +55,19 @@ class FlowDscpC(ctypes.Structure):
     _fields_ = [("mark", ctypes.c_uint8)]
 
 
+class FlowLeaseC(ctypes.Structure):
+    """struct flow_lease (8 bytes): the only value of flow_lease_egress (key: u32 0)."""
+
+    _fields_ = [("deadline_ns", ctypes.c_uint64)]
+
+
 # struct-module formats with the same layout (native byte order, no padding):
 # fast packing of thousands of entries for batched map operations.
 KEY_FORMAT = struct.Struct("=16s16sHHBB2x")
 STATS_FORMAT = struct.Struct("=QQQQ")
 DSCP_FORMAT = struct.Struct("=B")
+LEASE_KEY_FORMAT = struct.Struct("=I")
+LEASE_FORMAT = struct.Struct("=Q")
 
 
 def encode_dscp(dscp: int) -> int:

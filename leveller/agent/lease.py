@@ -1,9 +1,11 @@
 """Lease on the controller's levels: stale priorities are worse than none.
 
-Every valid reply renews the lease for ``lease_s`` seconds. When it runs out
-(controller unreachable, or refusing us), the agent clears every DSCP rewrite
-through its enforcer, once, and traffic goes back to plain flow-fair sharing
-until a new reply arrives. Pure: time is an argument.
+A fresh decision grants levels until ``lease_s`` after it was made
+(leveller.agent.service computes how long that is from the reply). When the
+lease runs out (controller unreachable, refusing us, or deciding nothing new),
+the agent clears every DSCP rewrite through its enforcer, once, and traffic
+goes back to plain flow-fair sharing until a fresh decision arrives; the
+datapath enforces the same deadline by itself. Pure: time is an argument.
 """
 
 from __future__ import annotations

@@ -8,23 +8,31 @@ used) and ``t`` (unix time of the line; without it the time the line was read).
 The default pattern matches leveller.jobs.logline, which the emulator and the
 one-line hook write. R itself is computed with leveller.core.rate.progress_rate.
 
+Every matched line is checked with the controller's own field rules
+(leveller.rpc.schema: job name, iteration count, time not in the far future)
+before it changes anything: a bad line is skipped and counted (``rejected``,
+by field) instead of poisoning the job table, so one malformed line cannot
+make every later report of the host invalid.
+
 :class:`RateTracker` is pure (lines and times in, counts out); :class:`LogTailer`
-follows a file or a FIFO, surviving truncation, rotation and late creation.
+follows a file or a FIFO with bounded reads, surviving truncation, rotation
+and late creation.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from leveller.core.rate import progress_rate
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
+from leveller.rpc.codec import SchemaError
+from leveller.rpc.schema import MAX_JOBS, check_iterations, check_name, check_not_future, check_time
 
 RECENT = 64  # iteration end times kept per job (enough for the ideal-time profiler)
 
@@ -61,40 +69,55 @@ class JobProgress:
 
 
 class RateTracker:
-    """Counts iterations per job from log lines (pure: the caller passes the time)."""
+    """Counts iterations per job from log lines (pure: the caller passes the time).
 
-    def __init__(self, pattern: str = DEFAULT_PATTERN, default_job: str | None = None) -> None:
+    ``on_reject(field, message)`` is called for every matched line that is skipped;
+    ``rejected`` counts them by field (job, iter, t, jobs = one job too many).
+    """
+
+    def __init__(self, pattern: str = DEFAULT_PATTERN, default_job: str | None = None,
+                 on_reject: Callable[[str, str], None] | None = None, max_jobs: int = MAX_JOBS) -> None:
         self.default_job = check_job_name(default_job) if default_job is not None else None
         self.pattern = compile_pattern(pattern, self.default_job)
-        self._counts_lines = "iter" not in self.pattern.groupindex
+        self.counts_lines = "iter" not in self.pattern.groupindex
         self.jobs: dict[str, JobProgress] = {}
+        self.rejected: Counter[str] = Counter()
+        self.on_reject = on_reject
+        self.max_jobs = max_jobs
+
+    def _parse(self, groups: dict[str, str | None], now: float) -> tuple[str, int | None, float]:
+        """(job, iteration or None, time) of a matched line; SchemaError names the bad field."""
+        job = check_name(groups.get("job") or self.default_job, "job")
+        t = now
+        if groups.get("t"):
+            t = check_time(_number(groups["t"], "t", float), "t")
+        check_not_future(t, "t", now)
+        n = None if self.counts_lines else check_iterations(_number(groups["iter"] or "", "iter", int), "iter")
+        if job not in self.jobs and len(self.jobs) >= self.max_jobs:
+            raise SchemaError("jobs", f"{job!r} would be job number {len(self.jobs) + 1}; a report carries at "
+                              f"most {self.max_jobs}")
+        return job, n, t
 
     def feed(self, line: str, now: float) -> str | None:
         """Account one log line read at ``now``; return the job it advanced, if any."""
         m = self.pattern.search(line)
         if m is None:
             return None
-        groups = m.groupdict()
-        job = groups.get("job") or self.default_job
-        if job is None:
+        try:
+            job, n, t = self._parse(m.groupdict(), now)
+        except SchemaError as exc:
+            self.rejected[exc.field] += 1
+            if self.on_reject is not None:
+                self.on_reject(exc.field, f"{exc} (line {line[:120]!r})")
             return None
-        t = now
-        if groups.get("t"):
-            try:
-                t = float(groups["t"])
-            except ValueError:
-                return None
-            if not math.isfinite(t):
-                return None
         progress = self.jobs.setdefault(job, JobProgress(job))
-        if self._counts_lines:
+        if n is None:
             if progress.start_time is None:
                 progress.start_time = t
             else:
                 progress.iterations += 1
                 progress.recent.append((progress.iterations, t))
         else:
-            n = int(groups["iter"])
             if n == 0 or progress.start_time is None:
                 progress.start_time = t if progress.start_time is None else min(progress.start_time, t)
             if n > progress.iterations:
@@ -108,59 +131,131 @@ class RateTracker:
         return {job for line in lines if (job := self.feed(line, now)) is not None}
 
 
-class LogTailer:
-    """Follows a log file (or FIFO) from its current end, or from the start with ``from_start``."""
+def _number(text: str, name: str, kind: type[int] | type[float]) -> int | float:
+    """``text`` as an int or float; SchemaError (field ``name``) if it is not one or is absurdly long."""
+    if len(text) > 40:
+        raise SchemaError(name, f"{text[:20]!r}... has {len(text)} characters; not a plausible number")
+    try:
+        return kind(text)
+    except ValueError:
+        raise SchemaError(name, f"{text!r} is not a number") from None
 
-    def __init__(self, path: str, from_start: bool = True) -> None:
+
+EDGE_BYTES = 64 * 1024  # read at both ends of a log joined late: its jobs' start lines, their latest lines
+MAX_READ_BYTES = 1 << 20  # read per poll at most: a backlog is worked off over several polls
+MAX_LINE_BYTES = 64 * 1024  # longer lines are skipped (counted in long_lines), never buffered whole
+
+
+class LogTailer:
+    """Follows a log file (or FIFO) with bounded memory: at most ``max_read`` bytes per poll.
+
+    By default it starts at the end of a file that exists when it is created
+    (lines written before are history: a 100 MB backlog is not replayed), after
+    reading the file's first and last ``edge_bytes``: a job logs its start
+    (``iter=0``) at the top and its latest count at the bottom, so R is right
+    from the first report; pass ``edge_bytes=0`` for patterns without an
+    ``iter`` group (counting old lines would be wrong). ``from_start`` reads
+    the whole file instead, ``max_read`` bytes per poll.
+    A file created, rotated or truncated later is read from its start. Lines
+    longer than ``max_line`` bytes are skipped and counted in ``long_lines``.
+    ``behind`` is True while more than one poll's worth is waiting.
+    """
+
+    def __init__(self, path: str, from_start: bool = False, edge_bytes: int = EDGE_BYTES,
+                 max_read: int = MAX_READ_BYTES, max_line: int = MAX_LINE_BYTES) -> None:
+        if not 0 < max_line <= max_read:
+            raise ValueError(f"need 0 < max_line <= max_read, got {max_line}, {max_read}")
         self.path = path
+        self.max_read, self.max_line, self.edge_bytes = max_read, max_line, edge_bytes
+        self.long_lines = 0
+        self.behind = False
         self._fd: int | None = None
         self._inode: int | None = None
         self._pos = 0
+        self._edge_lines: list[str] = []  # joined late: complete lines of the file's two ends, for the next poll
         self._partial = b""
-        self._from_start = from_start
+        self._discarding = False  # inside a line longer than max_line: drop up to its newline
+        if not from_start:
+            self._open(at_end=True)  # the end as of now; a file that appears later is read whole
 
-    def _open(self) -> bool:
+    def _open(self, at_end: bool = False) -> bool:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return False
         st = os.fstat(fd)
-        self._fd, self._inode, self._partial = fd, st.st_ino, b""
-        self._pos = 0 if (self._from_start or not _is_regular(st.st_mode)) else st.st_size
-        self._from_start = True  # a rotated/recreated file is read from its start
+        self._fd, self._inode, self._partial, self._discarding = fd, st.st_ino, b"", False
+        self._pos, self._edge_lines = 0, []
+        size = st.st_size
+        if at_end and _is_regular(st.st_mode) and size > 2 * self.edge_bytes:
+            tail = os.pread(fd, max(self.edge_bytes, 1), size - max(self.edge_bytes, 1))
+            cut = tail.rfind(b"\n") + 1  # a line being written is read whole at the next poll
+            self._pos = size - len(tail) + cut
+            self._discarding = cut == 0  # no line end in sight: drop the rest of that line
+            if self.edge_bytes:
+                head = os.pread(fd, self.edge_bytes, 0).split(b"\n")[:-1]  # complete lines only
+                self._edge_lines = [self._decode(raw) for raw in head + tail[:cut].split(b"\n")[1:-1]
+                                    if len(raw) <= self.max_line]
         return True
 
     def poll(self) -> list[str]:
-        """Return the complete lines written since the last poll."""
+        """Return the complete lines written since the last poll (reading at most ``max_read`` bytes)."""
         if self._fd is None and not self._open():
             return []
         assert self._fd is not None
+        lines, self._edge_lines = self._edge_lines, []
         st = os.fstat(self._fd)
         if _is_regular(st.st_mode):
-            try:
-                current = os.stat(self.path)
-            except FileNotFoundError:
-                current = None
             if st.st_size < self._pos:  # truncated
-                self._pos, self._partial = 0, b""
-            data = os.pread(self._fd, max(0, st.st_size - self._pos), self._pos)
+                self._pos, self._partial, self._discarding = 0, b"", False
+            data = os.pread(self._fd, min(self.max_read, max(0, st.st_size - self._pos)), self._pos)
             self._pos += len(data)
-            if current is not None and current.st_ino != self._inode:  # rotated: finish old, switch
+            self.behind = self._pos < st.st_size
+            if not self.behind and self._rotated():  # old file finished: switch to the new one
                 self.close()
         else:
-            chunks = []
-            while True:
+            chunks, size = [], 0
+            while size < self.max_read:
                 try:
-                    chunk = os.read(self._fd, 65536)
+                    chunk = os.read(self._fd, min(65536, self.max_read - size))
                 except BlockingIOError:
                     break
                 if not chunk:
                     break
                 chunks.append(chunk)
+                size += len(chunk)
             data = b"".join(chunks)
-        buf = self._partial + data
-        *lines, self._partial = buf.split(b"\n")
-        return [line.decode("utf-8", "replace") for line in lines]
+            self.behind = size >= self.max_read
+        return lines + self._split(data)
+
+    def _rotated(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino != self._inode
+        except FileNotFoundError:
+            return False
+
+    def _split(self, data: bytes) -> list[str]:
+        """Complete lines of partial + data; an over-long line is dropped (counted once), in pieces."""
+        *parts, partial = (self._partial + data).split(b"\n")
+        out = []
+        for raw in parts:
+            if self._discarding:  # the tail of a line already dropped
+                self._discarding = False
+            elif len(raw) > self.max_line:
+                self.long_lines += 1
+            else:
+                out.append(self._decode(raw))
+        if len(partial) > self.max_line:
+            if not self._discarding:
+                self.long_lines += 1
+                self._discarding = True
+            partial = b""
+        self._partial = partial
+        return out
+
+    @staticmethod
+    def _decode(raw: bytes) -> str:
+        return raw.decode("utf-8", "replace")
 
     def close(self) -> None:
         if self._fd is not None:

@@ -5,19 +5,28 @@ socket's cgroup id, which on cgroup v2 is the inode number of the cgroup's
 directory) or by a port range (the job emulator's workers listen on
 consecutive ports). Flows of jobs this host has no progress for are left out,
 and so are flows that match no rule: the controller only ranks what it can score.
+
+A report is built so that the controller accepts it: every job passes the
+controller's own checks (leveller.rpc.schema.job_from_wire and the
+future-time rule) or is left out, and the lists stay within the schema's
+limits. One bad job never costs the host its other jobs.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from leveller.agent.rate_tracker import JobProgress
 from leveller.core.paths import FlowKey
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
-from leveller.rpc.schema import FlowReport, JobReport, Report
+from leveller.rpc.codec import SchemaError
+from leveller.rpc.schema import MAX_FLOWS, MAX_JOBS, FlowReport, JobReport, Report, check_not_future, \
+    job_from_wire, job_to_wire
+
+MAX_BYTES = 2**63 - 1  # the schema's bound on a flow's byte counter
 
 
 @dataclass(frozen=True)
@@ -109,19 +118,39 @@ def merge_progress(sources: Iterable[Mapping[str, JobProgress]]) -> dict[str, Jo
 
 
 def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[FlowKey, FlowSample],
-                 classifier: Classifier, ideal_times: Mapping[str, float]) -> Report:
-    """The report for this host; jobs without a known start time are not reported yet."""
-    jobs = []
+                 classifier: Classifier, ideal_times: Mapping[str, float], now: float,
+                 on_reject: Callable[[str, str], None] | None = None) -> Report:
+    """The report for this host as the controller will accept it (checked at ``now``, this host's clock).
+
+    Jobs without a known start time are not reported yet; a job the controller's checks would refuse, or
+    beyond the schema's MAX_JOBS / MAX_FLOWS, is left out and passed to ``on_reject(field, message)``."""
+    jobs: list[JobReport] = []
     for name in sorted(progress):
         p = progress[name]
         if p.start_time is None:
             continue
         recent = tuple((n, t) for n, t in p.recent if 1 <= n <= p.iterations and t >= p.start_time)
-        jobs.append(JobReport(name, p.iterations, p.start_time, ideal_times.get(name), recent))
+        job = JobReport(name, p.iterations, p.start_time, ideal_times.get(name), recent)
+        field = f"jobs[{len(jobs)}]"
+        try:
+            if len(jobs) >= MAX_JOBS:
+                raise SchemaError("jobs", f"{name!r} would be job number {len(jobs) + 1}; at most {MAX_JOBS}")
+            job = job_from_wire(job_to_wire(job), field)  # the controller's own checks
+            check_not_future(job.start_time, f"{field}.start_time", now)
+        except SchemaError as exc:
+            if on_reject is not None:
+                on_reject(exc.field, f"job {name!r} left out of the report: {exc}")
+            continue
+        jobs.append(job)
     known = {j.job for j in jobs}
     out = []
     for key in sorted(flows):
         job = classifier.job_of(key, flows[key])
         if job in known:
-            out.append(FlowReport(key, job, flows[key].bytes))  # type: ignore[arg-type]
+            out.append(FlowReport(key, job, min(flows[key].bytes, MAX_BYTES)))  # type: ignore[arg-type]
+    if len(out) > MAX_FLOWS:
+        if on_reject is not None:
+            on_reject("flows", f"{len(out) - MAX_FLOWS} of {len(out)} flows left out of the report: "
+                      f"at most {MAX_FLOWS}")
+        out = out[:MAX_FLOWS]
     return Report(host, tuple(jobs), tuple(out))

@@ -1,11 +1,18 @@
 """The host agent: every interval, report progress and flows, apply the levels, honour the lease.
 
 One :meth:`Agent.step` = poll the job logs, read the flow counters, send a
-report, and either apply the reply's levels (flow -> DSCP) through the
-enforcer or, when no valid reply came for longer than the lease, clear every
-rewrite (fallback to no priorities). Dependencies are injected as Protocols:
-the eBPF datapath (enforce_bpf), the RPC client (leveller.rpc.transport) and
-the clock, so the same loop runs against fakes in tests and the kernel live.
+report, and apply the reply's levels (flow -> DSCP) through the enforcer.
+
+The lease is on the *decision*, not on the reply: levels stay valid until
+``lease_s`` after the controller made the decision behind them (the reply says
+how old it is: ``decision_age_s``). A reply with a decision older than that
+(the controller answers but its decision loop stalls) clears every rewrite,
+like no reply at all. The enforcer is given the same deadline, and the
+datapath itself enforces it (the BPF program compares it with the kernel
+clock, the RDMA shim runs its own timer), so marks end on time even if this
+process is killed. Dependencies are injected as Protocols: the eBPF datapath
+(enforce_bpf), the RPC client (leveller.rpc.transport) and the clocks, so the
+same loop runs against fakes in tests and the kernel live.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from leveller.agent.lease import Lease
+from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
 from leveller.core.paths import FlowKey
@@ -26,8 +34,10 @@ from leveller.rpc.transport import RpcFailure
 class Enforcer(Protocol):
     """Rewrites DSCP per flow (the eBPF datapath through enforce_bpf.BpfEnforcer)."""
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
-        """Make the set of rewritten flows exactly ``marks`` (flow -> DSCP); all or nothing."""
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
+        """Make the set of rewritten flows exactly ``marks`` (flow -> DSCP), all or nothing, for
+        ``valid_for_s`` seconds from now: then the datapath stops rewriting on its own unless
+        ``apply`` comes again."""
         ...
 
     def clear(self) -> None:
@@ -61,7 +71,8 @@ class StepResult:
     ok: bool
     error: str | None = None
     marks: dict[FlowKey, int] | None = None  # applied this step
-    cleared: bool = False  # lease ran out this step: all rewrites removed
+    cleared: bool = False  # the lease ran out this step: all rewrites removed
+    stale: bool = False  # the controller answered with a decision older than its lease
 
 
 @dataclass
@@ -73,66 +84,125 @@ class Agent:
     flows: FlowSource = field(default_factory=NoFlows)
     classifier: Classifier = field(default_factory=Classifier)
     ideal_times: Mapping[str, float] = field(default_factory=dict)
-    clock: Callable[[], float] = time.time
-    lease: Lease = field(default_factory=Lease)
+    clock: Callable[[], float] = time.time  # wall clock: times of log lines and reports
+    monotonic: Callable[[], float] = time.monotonic  # the lease's clock
+    lease: Lease = field(default_factory=Lease)  # expiry on the monotonic clock
     marks: dict[FlowKey, int] = field(default_factory=dict)
     last_error: str | None = None
     known_jobs: frozenset[str] = frozenset()  # jobs of the last report (pushed levels are checked against it)
+    metrics: AgentMetrics | None = None
+    rejected: Rejections | None = None  # skipped log lines and jobs (counted, logged); made from metrics
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
     _pushed_epoch: int = -1
     _closed: bool = False
+    _long_lines: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.rejected is None:
+            self.rejected = Rejections(self.metrics)
+        for _, tracker in self.logs:
+            if tracker.on_reject is None:
+                tracker.on_reject = self.rejected
 
     def poll_logs(self, now: float) -> bool:
-        """Read new log lines into the trackers; True if some job finished an iteration."""
+        """Read new log lines into the trackers; True if some job finished an iteration (and the log
+        is caught up: a backlog being worked off is not news worth an extra report)."""
         advanced = False
         for tailer, tracker in self.logs:
             lines = tailer.poll()
-            if lines and tracker.feed_all(lines, now):
+            if lines and tracker.feed_all(lines, now) and not tailer.behind:
                 advanced = True
+            long = tailer.long_lines - self._long_lines.get(id(tailer), 0)
+            if long:
+                self._long_lines[id(tailer)] = tailer.long_lines
+                assert self.rejected is not None
+                self.rejected("line", f"{long} line(s) of {tailer.path} longer than {tailer.max_line} bytes",
+                              count=long)
         return advanced
 
     def build(self, now: float) -> Report:
         self.poll_logs(now)
         progress = merge_progress(tracker.jobs for _, tracker in self.logs)
-        return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times)
+        return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times,
+                            now, self.rejected)
 
     def step(self) -> StepResult:
         report = self.build(self.clock())
         self.known_jobs = frozenset(j.job for j in report.jobs)
         pushes = self._pushes
+        sent = self.monotonic()
         try:
             reply = self.client.report(report, known_jobs=self.known_jobs)
         except RpcFailure as exc:
             self.last_error = str(exc)
             with self._lock:
-                cleared = self.lease.expire_if_due(self.clock())
-                if cleared:
-                    self.enforcer.clear()
-                    self.marks = {}
+                cleared = self._expire_if_due()
+            self._count("failed")
             return StepResult(report, False, str(exc), cleared=cleared)
         with self._lock:
             # a newer decision pushed while this report was in flight wins over this reply
-            if not (self._pushes != pushes and self._pushed_epoch > reply.epoch) and not self._closed:
-                self.marks = marks_from_reply(reply)
-                self.enforcer.apply(self.marks)
-            self.lease.renew(self.clock(), reply.lease_s)
+            if (self._pushes != pushes and self._pushed_epoch > reply.epoch) or self._closed:
+                stale, cleared = False, False
+            else:
+                # the request left at `sent`: the decision is at least decision_age_s older than that
+                stale, cleared = self._take(reply, sent)
             marks = dict(self.marks)
         self.last_error = None
-        return StepResult(report, True, marks=marks)
+        self._count("stale" if stale else "ok")
+        return StepResult(report, True, marks=marks, cleared=cleared, stale=stale)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
         """Apply levels the controller pushed (a new decision) without waiting for the next step."""
+        received = self.monotonic()  # a push leaves as soon as the decision exists: its arrival time
         with self._lock:
             if self._closed:
                 return
-            marks = marks_from_reply(reply)
-            self.enforcer.apply(marks)
-            self.marks = marks
-            self.lease.renew(self.clock(), reply.lease_s)
+            self._take(reply, received)
             self._pushes += 1
             self._pushed_epoch = reply.epoch
+
+    def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool]:
+        """Apply ``reply`` if its decision is still within the lease, else drop every mark; ``reference``
+        is a monotonic time no earlier than the reply's. Returns (stale, cleared). Caller holds the lock."""
+        now = self.monotonic()
+        valid_for = reference - reply.decision_age_s + reply.lease_s - now
+        if valid_for <= 0:
+            return True, self._drop()
+        marks = marks_from_reply(reply)
+        self.enforcer.apply(marks, valid_for)
+        self.marks = marks
+        self.lease.renew(now, valid_for)
+        if self.metrics is not None:
+            self.metrics.lease_left.set(valid_for)
+        return False, False
+
+    def _expire_if_due(self) -> bool:
+        """Drop every mark if the lease ran out; True if that happened now. Caller holds the lock."""
+        if not self.lease.expire_if_due(self.monotonic()):
+            return False
+        self._clear_all()
+        return True
+
+    def _drop(self) -> bool:
+        """End the lease now (once: True if there was a lease or marks to end). Caller holds the lock."""
+        if self.lease.expires_at is None and not self.marks:
+            return False
+        self.lease.expires_at = None
+        self._clear_all()
+        return True
+
+    def _clear_all(self) -> None:
+        self.enforcer.clear()
+        self.marks = {}
+        if self.metrics is not None:
+            self.metrics.lease_expiries.inc()
+            self.metrics.lease_left.set(0)
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.reports.labels(outcome).inc()
 
     def run(self, interval_s: float, stop: threading.Event,
             on_step: Callable[[StepResult], None] | None = None, poll_s: float | None = None) -> None:

@@ -2,17 +2,27 @@
 
 Every --interval the agent reads the job logs (--log), the per-flow byte
 counters of the eBPF datapath (--dev), sends a report to the controller and
-writes the returned levels as DSCP rewrites into the datapath. If no valid
-answer arrives for longer than the controller's lease, every rewrite is
-removed (no priorities rather than stale ones). Flows belong to jobs by
-cgroup (--job-cgroup) or port range (--job-ports; the job emulator's workers
-listen on --port + rank).
+writes the returned levels as DSCP rewrites into the datapath. Levels live
+until the controller's lease after the decision that made them: with no fresh
+decision by then (controller gone, refusing us, or its decision loop stalled)
+every rewrite is removed (no priorities rather than stale ones). The kernel
+program and the RDMA shim hold the same deadline themselves, so the marks end
+on time even if this agent is killed. Flows belong to jobs by cgroup
+(--job-cgroup) or port range (--job-ports; the job emulator's workers listen
+on --port + rank).
+
+Log lines are checked with the controller's rules (job name, iteration count,
+time); a bad line is skipped, logged (rate-limited) and counted
+(leveller_agent_rejected_total on --metrics-port), and the host's other jobs
+go on. Logs are followed from their end (after reading their first and last
+64 KiB: where jobs log their start and their latest count); --from-start reads
+the whole backlog, 1 MiB per poll.
 
 examples:
   leveller agent --controller 10.0.0.254:50051 --host h1 --log /tmp/j1.log \\
       --job-ports j1=47000-47001 --dev h1-eth0 --netns h1
   leveller agent --controller 127.0.0.1:50051 --log gpt=/var/log/train.log \\
-      --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2
+      --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2 --metrics-port 9110
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import argparse
 import contextlib
 import faulthandler
 import json
+import logging
 import math
 import signal
 import socket
@@ -28,7 +39,7 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from leveller.errors import UserError
-from leveller.jobs.logline import DEFAULT_PATTERN
+from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +57,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", help="egress interface for the eBPF datapath (needs root); without it no "
                         "flows are reported and nothing is marked")
     parser.add_argument("--netns", help="network namespace of --dev")
+    parser.add_argument("--from-start", action="store_true",
+                        help="read the job logs from their first line, 1 MiB per poll (default: from their end, "
+                        "after their first and last 64 KiB, where jobs log their start and latest count)")
+    parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between reports (default 1)")
     parser.add_argument("--poll", type=float, default=0.02, metavar="S",
                         help="read the job logs every S seconds between reports and report at once when an "
@@ -71,14 +87,14 @@ def _ideal_times(items: list[str]) -> dict[str, float]:
             seconds = math.nan
         if not (math.isfinite(seconds) and seconds > 0):
             raise UserError(f"--ideal-time {item!r}: expected JOB=SECONDS with SECONDS > 0")
-        out[job] = seconds
+        out[check_job_name(job)] = seconds
     return out
 
 
 class NoMarking:
     """Enforcer when no datapath is attached: levels are received but not written anywhere."""
 
-    def apply(self, marks: Mapping[Any, int]) -> None:
+    def apply(self, marks: Mapping[Any, int], valid_for_s: float) -> None:
         pass
 
     def clear(self) -> None:
@@ -113,8 +129,27 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """Refuse bad --host, --dev, --netns before anything touches a file or the network."""
+    from leveller.agent.names import check_ifname, check_netns
+    from leveller.rpc.codec import SchemaError
+    from leveller.rpc.schema import check_name
+
+    try:
+        check_name(args.host, "--host")
+    except SchemaError as exc:
+        raise UserError(f"{exc} (the controller refuses reports of such a host)") from None
+    if args.dev is not None:
+        check_ifname(args.dev)
+    if args.netns is not None:
+        if args.dev is None:
+            raise UserError("--netns: only meaningful with --dev")
+        check_netns(args.netns)
+
+
 def run(args: argparse.Namespace) -> int:
-    from leveller.agent.rate_tracker import LogTailer, RateTracker
+    from leveller.agent.metrics import AgentMetrics, Rejections
+    from leveller.agent.rate_tracker import EDGE_BYTES, LogTailer, RateTracker
     from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
     from leveller.agent.service import Agent, StepResult
     from leveller.rpc.auth import load_secret
@@ -122,51 +157,77 @@ def run(args: argparse.Namespace) -> int:
     from leveller.rpc.schema import flow_label
     from leveller.rpc.transport import ControllerClient
 
+    check_names(args)
     if not args.log:
         raise UserError("--log: give at least one job log to follow")
     if not args.interval > 0:
         raise UserError(f"--interval {args.interval}: must be > 0 seconds")
     if not 0 <= args.poll < 60:
         raise UserError(f"--poll {args.poll}: must be in [0, 60) seconds (0 = off)")
+    if not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port {args.metrics_port}: must be a TCP port 0..65535 (0 = off)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    metrics = AgentMetrics()
+    rejected = Rejections(metrics)
     logs = []
     for item in args.log:
         job, sep, path = item.partition("=")
         job, path = (job, path) if sep and "/" not in job else (None, item)
-        logs.append((LogTailer(path), RateTracker(args.pattern, default_job=job)))
+        tracker = RateTracker(args.pattern, default_job=job, on_reject=rejected)
+        # a pattern without an iter group counts lines: old lines from the edges would count as new
+        edges = 0 if tracker.counts_lines else EDGE_BYTES
+        logs.append((LogTailer(path, from_start=args.from_start, edge_bytes=edges), tracker))
     classifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
                             tuple(parse_port_rule(p) for p in args.job_ports))
+    ideal_times = _ideal_times(args.ideal_time)
     secret = load_secret(args.secret_file)
     stop = threading.Event()
 
     def on_step(r: StepResult) -> None:
         if args.json:
-            print(json.dumps({"ok": r.ok, "error": r.error, "cleared": r.cleared,
+            print(json.dumps({"ok": r.ok, "error": r.error, "cleared": r.cleared, "stale": r.stale,
                               "jobs": {j.job: j.iterations for j in r.report.jobs},
+                              "rejected": dict(rejected.counts),
                               "marks": {flow_label(k): v for k, v in (r.marks or {}).items()}}), flush=True)
         elif not r.ok:
             print(f"report failed: {r.error}" + ("; lease expired, all DSCP rewrites cleared" if r.cleared else ""),
                   flush=True)
+        elif r.stale and r.cleared:
+            print("the controller's latest decision is older than its lease: all DSCP rewrites cleared",
+                  flush=True)
 
-    with ControllerClient(args.controller, secret) as client, _datapath(args.dev, args.netns) as (flows, enf):
-        if args.rdma:
-            from leveller.agent.enforce_shim import add_shim
-            flows, enf, classifier = add_shim(flows, enf, classifier)
-        agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
-                      ideal_times=_ideal_times(args.ideal_time))
-        timer = threading.Timer(args.duration, stop.set) if args.duration else None
-        if timer:
-            timer.start()
-        watcher = None if args.no_push else LevelsWatcher(args.controller, secret, args.host, agent.apply_pushed,
-                                                           lambda: agent.known_jobs)
+    metrics_server = None
+    if args.metrics_port:
+        from prometheus_client import start_http_server
         try:
-            if watcher:
-                watcher.start()
-            with _stop_on_signals(stop):
-                agent.run(args.interval, stop, on_step, poll_s=args.poll or None)
-        finally:
-            stop.set()
-            if watcher:
-                watcher.close()
+            metrics_server, _ = start_http_server(args.metrics_port, addr=args.metrics_addr,
+                                                  registry=metrics.registry)
+        except OSError as exc:
+            raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
+    try:
+        with ControllerClient(args.controller, secret) as client, _datapath(args.dev, args.netns) as (flows, enf):
+            if args.rdma:
+                from leveller.agent.enforce_shim import add_shim
+                flows, enf, classifier = add_shim(flows, enf, classifier)
+            agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
+                          ideal_times=ideal_times, metrics=metrics, rejected=rejected)
+            timer = threading.Timer(args.duration, stop.set) if args.duration else None
             if timer:
-                timer.cancel()
+                timer.start()
+            watcher = None if args.no_push else LevelsWatcher(
+                args.controller, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs)
+            try:
+                if watcher:
+                    watcher.start()
+                with _stop_on_signals(stop):
+                    agent.run(args.interval, stop, on_step, poll_s=args.poll or None)
+            finally:
+                stop.set()
+                if watcher:
+                    watcher.close()
+                if timer:
+                    timer.cancel()
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
     return 0

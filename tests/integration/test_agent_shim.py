@@ -131,3 +131,37 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(build: Path, tmp_p
             and int(ln.fields["qpn"], 16) == a]
     changes = [tc for i, tc in enumerate(wire) if i == 0 or wire[i - 1] != tc]
     assert changes == [0, top_tc, 0, top_tc, 0]
+
+
+def test_qps_of_an_agent_that_stops_talking_fall_back_when_its_lease_ends(build: Path, tmp_path: Path) -> None:
+    """The agent dies (it never clears): the shim's own lease timer gives the QPs their class back."""
+    lease_s = 1.0
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=lease_s)
+    top_tc = default_level_map(2).dscp[1] << 2
+    server, port = serve(ctl, "127.0.0.1:0", SECRET)
+    run = StreamRun(build, tmp_path, mode="linked", job="gpt")
+    log = tmp_path / "gpt.log"
+    log.write_text(format_line("gpt", 0, time.time() - 100) + "\n")
+    try:
+        a, b = run.ids["qp_a"], run.ids["qp_b"]
+        flows = ShimFlows(sockets=lambda: [run.sock])
+        agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], ControllerClient(f"127.0.0.1:{port}", SECRET),
+                      ShimEnforcer(flows), flows=flows, classifier=flows, ideal_times={"gpt": 1.0})
+        assert agent.step().ok
+        ctl.step(time.time())
+        decided = time.monotonic()
+        assert agent.step().ok
+        client = shim_control.ShimClient(run.sock)
+        assert {q.qp: q.tc for q in client.list_qps()} == {a: top_tc, b: top_tc}
+        # from here on the agent is gone: no report, no clear
+        deadline = decided + 20
+        while {q.tc for q in client.list_qps()} != {0}:
+            assert time.monotonic() < deadline, "the QPs kept the dead agent's class"
+            time.sleep(0.01)
+        assert time.monotonic() - decided < lease_s + 1.0
+        wait_wire(run.log, [a], 0)
+        summary = run.stop()
+    finally:
+        run.kill()
+        server.stop(grace=None)
+    assert summary["errors"] == 0 and summary["received"] == summary["posted"] > 0

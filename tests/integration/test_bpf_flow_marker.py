@@ -1,7 +1,9 @@
 """bpf/flow_marker.c on crafted packets via BPF_PROG_TEST_RUN (real kernel, no interface).
 
 Packets are built byte by byte here and checksums computed here, independently
-of the program and of leveller's code.
+of the program and of leveller's code. The marking tests run under a running
+lease (an hour ahead); the lease tests check that without one, or after it,
+nothing is rewritten whatever the DSCP map holds.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +23,7 @@ from leveller.errors import UserError
 pytestmark = pytest.mark.privileged
 
 TC_ACT_OK = 0
+LEASE_S = 3600.0  # the marking tests' lease: runs for the whole test session
 SRC4, DST4 = ipaddress.IPv4Address("10.9.0.1"), ipaddress.IPv4Address("10.9.0.2")
 SRC6, DST6 = ipaddress.IPv6Address("fd00:9::1"), ipaddress.IPv6Address("fd00:9::2")
 ETH_IP, ETH_IP6 = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00", \
@@ -82,12 +86,13 @@ def loaded() -> Iterator[object]:
 
 @pytest.fixture()
 def dp(loaded: object) -> Iterator[object]:
-    """The loaded program with both maps emptied before each test."""
+    """The loaded program with both maps emptied and a running lease before each test."""
     raw = list(loaded.read_dscp())  # type: ignore[attr-defined]
     libbpf.map_delete_batch(loaded._dscp_fd, b"".join(k.packed for k in raw), len(raw))  # type: ignore[attr-defined]
     loaded._dscp.clear()  # type: ignore[attr-defined]
     loaded.forget_flows(list(loaded.read_stats()))  # type: ignore[attr-defined]
     assert not loaded.read_stats() and not loaded.read_dscp()  # type: ignore[attr-defined]
+    loaded.set_lease(LEASE_S)  # type: ignore[attr-defined]
     return loaded
 
 
@@ -231,6 +236,7 @@ def test_full_maps_keep_forwarding_and_refuse_extra_marks_atomically() -> None:
 
     small = load_detached(max_flows=2, max_marked_flows=2)
     try:
+        small.set_lease(LEASE_S)
         small.set_dscp({key4(1, 80): 10, key4(2, 80): 12})
         with pytest.raises(UserError, match="max_marked_flows=2"):
             small.set_dscp({key4(1, 80): 20, key4(3, 80): 14})
@@ -245,3 +251,45 @@ def test_full_maps_keep_forwarding_and_refuse_extra_marks_atomically() -> None:
             small.set_dscp({key4(1, 80): 64})
     finally:
         small.detach()
+
+
+def test_a_fresh_program_has_no_lease_and_rewrites_nothing() -> None:
+    from leveller.agent.datapath import load_detached
+
+    fresh = load_detached(max_flows=8, max_marked_flows=8)
+    try:
+        assert fresh.lease_deadline() == 0
+        fresh.set_dscp({key4(1300, 80): 46})
+        pkt = ipv4(tcp(1300, 80), tos=0x01)
+        assert run(fresh, pkt) == pkt  # marked in the map, but nobody holds a lease
+        assert fresh.read_stats()[key4(1300, 80)].packets == 1  # counting goes on regardless
+    finally:
+        fresh.detach()
+
+
+def test_an_ended_lease_stops_every_rewrite(dp: object) -> None:
+    key = key4(1301, 80)
+    dp.set_dscp({key: 46})  # type: ignore[attr-defined]
+    assert run(dp, ipv4(tcp(1301, 80)))[15] == 46 << 2
+    dp.set_lease_deadline(time.monotonic_ns() - 1)  # type: ignore[attr-defined]
+    pkt = ipv4(tcp(1301, 80), tos=0x02)
+    assert run(dp, pkt) == pkt
+    dp.set_lease(0)  # type: ignore[attr-defined]
+    assert dp.lease_deadline() == 0  # type: ignore[attr-defined]
+    assert run(dp, pkt) == pkt
+    assert dp.read_dscp() == {key: 46}  # type: ignore[attr-defined]  # the map still says 46: the kernel decides
+
+
+def test_the_lease_runs_out_by_the_kernel_clock_with_nobody_acting(dp: object) -> None:
+    key = key4(1302, 80)
+    dp.set_dscp({key: 46})  # type: ignore[attr-defined]
+    before = time.monotonic_ns()
+    dp.set_lease(0.5)  # type: ignore[attr-defined]
+    deadline = dp.lease_deadline()  # type: ignore[attr-defined]
+    assert before + 500_000_000 <= deadline <= time.monotonic_ns() + 500_000_000  # CLOCK_MONOTONIC ns
+    if time.monotonic_ns() < deadline - 50_000_000:  # (skipped only if this process stalled 450 ms)
+        assert run(dp, ipv4(tcp(1302, 80)))[15] == 46 << 2
+    while time.monotonic_ns() <= deadline:
+        time.sleep(0.02)
+    pkt = ipv4(tcp(1302, 80), tos=0x03)
+    assert run(dp, pkt) == pkt

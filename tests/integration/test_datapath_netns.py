@@ -146,6 +146,7 @@ def test_real_tcp_flow_counted_marked_and_attributed(pair: object, cgroup: Path)
             while len(received) < PHASE1 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert len(received) == PHASE1
+            dp.set_lease(60)
             dp.set_dscp({key: DSCP})
             sender.stdin.write("go\n")
             sender.stdin.flush()
@@ -254,6 +255,7 @@ def test_ipv6_flow_marked_on_the_wire(pair: object) -> None:
     key = FlowKey(ipaddress.ip_address(str(p.ip6_a)), ipaddress.ip_address(str(p.ip6_b)),  # type: ignore[attr-defined]
                   tx.getsockname()[1], rx.getsockname()[1], 17)
     with Datapath(p.if_a, netns=p.ns_a) as dp:  # type: ignore[attr-defined]
+        dp.set_lease(60)
         dp.set_dscp({key: 10})
         tx.sendto(b"hello", rx.getsockname()[:2])
         data, anc, _flags, _addr = rx.recvmsg(100, socket.CMSG_SPACE(4))

@@ -11,11 +11,16 @@
     (wrong secret, no signature, negative iterations, NaN, flow of an unknown
     job, start far in the future, oversize) with an error naming the problem,
     and its state (status, levels) is unchanged; the rejections are counted.
+(d) agent SIGKILLed while the job's packets carry its level: the BPF program
+    it leaves behind stops rewriting by itself when the agent's lease ends (a
+    deadline in a map, compared with the kernel clock): no rewritten DSCP on
+    the wire later than the lease + 1 s, while the job keeps sending.
 Unit tests cover the schema and transport pieces; this checks the assembled processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -23,7 +28,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import grpc
 import pytest
@@ -51,6 +56,24 @@ def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "ag
                 "--dev", dev, "--netns", netns, "--interval", "0.2", env=ENV)
 
 
+@contextlib.contextmanager
+def job_on_the_wire(tmp: Path, prefix: str) -> Iterator[tuple[Any, Any, Path]]:
+    """A veth pair between two namespaces, job `live` sending across it (its log at the path yielded)
+    and a capture of its packets at the receiver: (pair, wire, log)."""
+    from leveller.bench.levels_latency import WireWatch
+    from leveller.jobs.launcher import JobRun
+    from leveller.jobs.spec import JobSpec, WorkerPlace
+    from leveller.testbed.vethpair import VethPair
+
+    log = tmp / "job.log"
+    with VethPair(prefix=prefix) as pair, \
+            WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
+        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
+                       compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=90.0, pace=True)
+        with JobRun(spec, log=str(log)):
+            yield pair, wire, log
+
+
 def max_iteration(log: Path) -> int:
     return max((int(m) for m in re.findall(r" iter=(\d+)", log.read_text())), default=-1)
 
@@ -59,19 +82,9 @@ def max_iteration(log: Path) -> int:
 
 @pytest.mark.privileged
 def test_controller_killed_agents_fall_back_jobs_continue_restart_resumes(tmp_path: Path) -> None:
-    from leveller.bench.levels_latency import WireWatch
-    from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, WorkerPlace
-    from leveller.testbed.vethpair import VethPair
-
-    log = tmp_path / "job.log"
     port = free_port()
-    with VethPair(prefix="lvf") as pair, \
-            WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
-        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
-                       compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=90.0, pace=True)
-        with JobRun(spec, log=str(log)), controller(tmp_path, port) as ctl, \
-                agent(tmp_path, port, log, pair.if_a, pair.ns_a) as ag:
+    with job_on_the_wire(tmp_path, "lvf") as (pair, wire, log):
+        with controller(tmp_path, port) as ctl, agent(tmp_path, port, log, pair.if_a, pair.ns_a) as ag:
             wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
                   f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} controller: {ctl.output()}")
 
@@ -79,8 +92,8 @@ def test_controller_killed_agents_fall_back_jobs_continue_restart_resumes(tmp_pa
             killed_at = time.time()
             cleared_at = wire.first_after(killed_at, 0, timeout_s=15)
             assert cleared_at is not None, f"marks never cleared after the controller died: {ag.output()}"
-            # the lease (1.5 s, renewed by every report and push) is honoured: an agent that dropped its
-            # levels at the first failed report would clear within a report interval (0.2 s)
+            # the lease (1.5 s after the last decision, at most a tau = 0.3 s before the kill) is honoured:
+            # an agent that dropped its levels at the first failed report would clear within 0.2 s
             assert cleared_at - killed_at > 0.5
             assert ag.alive()
             iterations = max_iteration(log)
@@ -226,3 +239,38 @@ def test_live_controller_refuses_bad_reports_and_changes_nothing(tmp_path: Path)
             assert _stable(client.status()) == before  # a refused report moved nothing
         rejected = _rejected(metrics_port)
         assert rejected.get("auth") == 2 and rejected.get("invalid") == 4, rejected
+
+
+# ---- (d) agent killed: the kernel ends its marks -------------------------------------------------
+
+LEASE_S = 1.5  # what controller() passes as --lease
+
+
+@pytest.mark.privileged
+def test_agent_killed_its_marks_end_in_the_kernel_one_lease_later(tmp_path: Path) -> None:
+    from leveller.agent.claim import lock_path
+
+    port = free_port()
+    with job_on_the_wire(tmp_path, "lvl") as (pair, wire, log):
+        try:
+            with controller(tmp_path, port) as ctl, agent(tmp_path, port, log, pair.if_a, pair.ns_a) as ag:
+                wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
+                           lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
+                           f"controller: {ctl.output()}")
+                ag.kill()  # SIGKILL: nothing of the agent runs any more, its tc filter and program stay
+                killed_at = time.time()
+                assert _our_programs(pair.ns_a, pair.if_a), "the killed agent's program is still attached"
+                limit = killed_at + LEASE_S + 1.0
+                cleared_at = wire.first_after(killed_at, 0, timeout_s=LEASE_S + 10)
+                assert cleared_at is not None, "the dead agent's marks never ended"
+                # watch the wire well past the limit: the job keeps sending, nothing is rewritten any more
+                packets = wire.packets
+                wait_until(lambda: time.time() > limit + 2.0 and wire.packets > packets + 50, 30,
+                           "the job's packets after the limit")
+                changes = list(wire.changes)
+                late = [(round(t - killed_at, 3), d) for t, d in changes if t > limit and d != 0]
+                assert cleared_at <= limit and not late, (cleared_at - killed_at, late)
+                assert wire.last_dscp == 0
+                assert ctl.alive()  # the controller went on deciding: only the kernel ended the marks
+        finally:
+            lock_path(pair.if_a, pair.ns_a).unlink(missing_ok=True)  # the killed agent's lock (nobody holds it)

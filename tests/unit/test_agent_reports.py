@@ -47,7 +47,7 @@ def test_build_report_keeps_only_scored_jobs_and_their_flows() -> None:
     progress["nostart"] = JobProgress("nostart", iterations=3)  # start unknown: not reported
     cls = Classifier(ports=(parse_port_rule("a=47000"), parse_port_rule("b=48001")))
     report = build_report("h1", progress, {A: FlowSample(500), B: FlowSample(600), C: FlowSample(7)}, cls,
-                          ideal_times={"a": 0.5})
+                          ideal_times={"a": 0.5}, now=105.0)
     assert [(j.job, j.iterations, j.start_time, j.ideal_time) for j in report.jobs] == [("a", 4, 100.0, 0.5)]
     assert report.jobs[0].recent == ((4, 104.0),)
     assert [(f.key, f.job, f.bytes) for f in report.flows] == [(A, "a", 500)]  # b has no progress here

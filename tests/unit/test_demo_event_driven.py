@@ -28,7 +28,7 @@ F2 = flow_key("10.0.0.2", "10.0.0.4", 40001, 21010)
 
 
 class NoMarks:
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
         pass
 
     def clear(self) -> None:

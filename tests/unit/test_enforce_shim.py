@@ -32,14 +32,22 @@ def qp(n: int, tc: int = 0, job: str = "gpt", connected: bool = True, gid: str =
 
 
 class FakeShim:
-    """One shim process: its QPs and classes; ``fail`` makes set_tc on those QPs fail, ``gone`` unreachable."""
+    """One shim process: its QPs and classes; ``fail`` makes set_tc on those QPs fail, ``gone`` unreachable.
+    Its lease (as in shim/control.c): ``expire()`` puts every QP back to the application's class."""
 
     def __init__(self, qps: list[QpInfo]) -> None:
         self.qps = {q.qp: q for q in qps}
         self.tc = {q.qp: q.tc for q in qps}
+        self.app_tc = dict(self.tc)
         self.fail: set[int] = set()
         self.gone = False
         self.calls: list[tuple[int, int]] = []
+        self.leases: list[int] = []  # every lease_ms / ms the agent sent
+        self.armed = False
+
+    def expire(self) -> None:
+        self.armed = False
+        self.tc = dict(self.app_tc)
 
     def client(self, path: Path, timeout: float) -> Any:
         shim = self
@@ -50,11 +58,24 @@ class FakeShim:
                     raise ShimError("connection refused")
                 return list(shim.qps.values())
 
-            def set_traffic_class(self, tc: int, *, qp: int | None = None, job: str | None = None) -> list[TcResult]:
+            def lease(self, ms: int) -> bool:
+                if shim.gone:
+                    raise ShimError("connection refused")
+                was, shim.armed = shim.armed, ms > 0
+                shim.leases.append(ms)
+                if ms == 0:
+                    shim.expire()
+                return was
+
+            def set_traffic_class(self, tc: int, *, qp: int | None = None, job: str | None = None,
+                                  lease_ms: int | None = None) -> list[TcResult]:
                 if shim.gone:
                     raise ShimError("connection refused")
                 assert qp is not None and job is None
                 shim.calls.append((qp, tc))
+                if lease_ms is not None:
+                    shim.armed = True
+                    shim.leases.append(lease_ms)
                 old = shim.tc[qp]
                 ok = qp not in shim.fail
                 if ok:
@@ -97,11 +118,11 @@ def test_only_changed_qps_are_rebuilt_and_clear_restores_the_original_class(tmp_
     shim, flows, enf = setup([qp(1, tc=96), qp(2)], tmp_path)
     flows.read_flows()
     tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
-    enf.apply({key(1): 8, key(2): 8, tcp: 8})  # the TCP flow is not the shim's
+    enf.apply({key(1): 8, key(2): 8, tcp: 8}, 3.0)  # the TCP flow is not the shim's
     assert shim.tc == {1: 32, 2: 32} and len(shim.calls) == 2
-    enf.apply({key(1): 8, key(2): 0})
+    enf.apply({key(1): 8, key(2): 0}, 3.0)
     assert shim.tc == {1: 32, 2: 0} and shim.calls[2:] == [(2, 0)]  # QP 1 untouched
-    enf.apply({key(2): 16})  # QP 1 no longer levelled: back to the application's class
+    enf.apply({key(2): 16}, 3.0)  # QP 1 no longer levelled: back to the application's class
     assert shim.tc == {1: 96, 2: 64}
     enf.clear()
     assert shim.tc == {1: 96, 2: 0} and enf.current == {}
@@ -111,11 +132,11 @@ def test_a_failed_change_keeps_the_old_class_is_reported_and_retried(tmp_path: P
     shim, flows, enf = setup([qp(1), qp(2)], tmp_path)
     flows.read_flows()
     shim.fail = {1}
-    enf.apply({key(1): 8, key(2): 8})
+    enf.apply({key(1): 8, key(2): 8}, 3.0)
     assert shim.tc == {1: 0, 2: 32}
     assert len(enf.errors) == 1 and "QP 1" in enf.errors[0] and "RTR" in enf.errors[0]
     shim.fail = set()
-    enf.apply({key(1): 8, key(2): 8})
+    enf.apply({key(1): 8, key(2): 8}, 3.0)
     assert shim.tc == {1: 32, 2: 32} and enf.errors == []
     assert shim.calls[-1] == (1, 32)
 
@@ -123,7 +144,7 @@ def test_a_failed_change_keeps_the_old_class_is_reported_and_retried(tmp_path: P
 def test_a_vanished_shim_process_is_forgotten(tmp_path: Path) -> None:
     shim, flows, enf = setup([qp(1, pid=2**22 + 12345)], tmp_path)  # a pid that does not exist
     flows.read_flows()
-    enf.apply({key(1): 8})
+    enf.apply({key(1): 8}, 3.0)
     shim.gone = True
     assert flows.read_flows() == {} and flows.errors
     enf.clear()  # cannot reach it, and the process is gone: nothing left to restore
@@ -135,7 +156,7 @@ class Recording:
         self.marks: dict[FlowKey, int] = {}
         self.cleared = 0
 
-    def apply(self, marks: Mapping[FlowKey, int]) -> None:
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
         self.marks = dict(marks)
 
     def clear(self) -> None:
@@ -148,7 +169,7 @@ def test_split_enforcer_sends_qp_flows_to_the_shim_and_the_rest_to_the_datapath(
     other = Recording()
     split = SplitEnforcer(enf, other)
     tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
-    split.apply({key(1): 8, tcp: 16})
+    split.apply({key(1): 8, tcp: 16}, 3.0)
     assert other.marks == {tcp: 16} and shim.tc == {1: 32}
     split.clear()
     assert other.cleared == 1 and shim.tc == {1: 0}
@@ -170,5 +191,27 @@ def test_add_shim_extends_an_agents_flows_enforcer_and_classifier(tmp_path: Path
     tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
     assert set(seen) == {key(1), tcp}
     assert classifier.job_of(key(1), seen[key(1)]) == "gpt" and classifier.job_of(tcp, seen[tcp]) == "bert"
-    enforcer.apply({key(1): 8, tcp: 8})
+    enforcer.apply({key(1): 8, tcp: 8}, 3.0)
     assert shim.tc == {1: 32} and other.marks == {tcp: 8}
+
+
+def test_every_change_carries_the_lease_and_each_apply_renews_it(tmp_path: Path) -> None:
+    shim, flows, enf = setup([qp(1), qp(2)], tmp_path)
+    flows.read_flows()
+    enf.apply({key(1): 8, key(2): 8}, 1.5)
+    assert shim.leases == [1500, 1500] and shim.armed  # both changes armed the shim's lease
+    enf.apply({key(1): 8, key(2): 8}, 0.25)  # nothing to change: the lease alone is renewed
+    assert shim.leases[2:] == [250] and len(shim.calls) == 2
+
+
+def test_after_the_shims_lease_ran_out_the_next_apply_sets_the_classes_again(tmp_path: Path) -> None:
+    shim, flows, enf = setup([qp(1, tc=96)], tmp_path)
+    flows.read_flows()
+    enf.apply({key(1): 8}, 1.0)
+    assert shim.tc == {1: 32}
+    shim.expire()  # the agent was late: the shim put the QP back on its own
+    assert shim.tc == {1: 96}
+    enf.apply({key(1): 8}, 1.0)  # same levels: the QP must be changed again, not assumed changed
+    assert shim.tc == {1: 32} and shim.calls[-1] == (1, 32)
+    enf.clear()
+    assert shim.tc == {1: 96} and shim.leases[-1] == 0 and enf.current == {}

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from leveller.agent import flow_structs as fs
 
 HEADER_DIR = Path(__file__).resolve().parents[2] / "bpf"
-MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_dscp": fs.FlowDscpC}
+MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_dscp": fs.FlowDscpC,
+           "flow_lease": fs.FlowLeaseC}
 
 
 def _layout_asserts() -> str:
@@ -42,6 +43,7 @@ def test_struct_formats_have_the_ctypes_sizes() -> None:
     assert fs.KEY_FORMAT.size == ctypes.sizeof(fs.FlowKeyC) == 40
     assert fs.STATS_FORMAT.size == ctypes.sizeof(fs.FlowStatsC) == 32
     assert fs.DSCP_FORMAT.size == ctypes.sizeof(fs.FlowDscpC) == 1
+    assert fs.LEASE_FORMAT.size == ctypes.sizeof(fs.FlowLeaseC) == 8
 
 
 def test_ipv4_key_bytes_written_by_hand() -> None:

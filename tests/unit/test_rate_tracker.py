@@ -99,3 +99,113 @@ def test_tailer_reads_a_fifo(tmp_path: Path) -> None:
     os.close(fd)
     assert tr.jobs["a"].iterations == 1
     tail.close()
+
+
+def _big_log(path: Path, megabytes: int, t0: float) -> None:
+    """A log of ``megabytes`` MB: the job's start line, iteration lines, and iteration 123456 last."""
+    block = "".join(format_line("big", i, t0 + i * 0.001) + "\n" for i in range(1, 10001)).encode()
+    with open(path, "wb") as f:
+        f.write((format_line("big", 0, t0) + "\n").encode())
+        while f.tell() < megabytes << 20:
+            f.write(block)  # iterations 1..10000 again: the tracker keeps the largest
+        f.write((format_line("big", 123456, t0 + 500.0) + "\n").encode())
+
+
+def test_a_100_mb_backlog_is_not_replayed_and_memory_stays_bounded(tmp_path: Path) -> None:
+    """Low 12: the agent used to read a log's whole backlog at once (504 MB RSS, 11.5 s without a report).
+    By default it starts at the end, after reading both ends of the file: the job's start line at the
+    top, its latest count at the bottom."""
+    import tracemalloc
+
+    from leveller.agent.rate_tracker import EDGE_BYTES
+
+    path = tmp_path / "big.log"
+    _big_log(path, 100, 1000.0)
+    tracker = RateTracker()
+    tracemalloc.start()
+    try:
+        tail = LogTailer(str(path))
+        lines = tail.poll()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak / 2**20:.1f} MiB for one poll of a 100 MB log"
+    assert 0 < sum(len(x) + 1 for x in lines) <= 2 * EDGE_BYTES  # both ends only, not the backlog
+    tracker.feed_all(lines, now=2000.0)
+    # the start from the top, the latest count from the bottom: R is right from the first report
+    assert (tracker.jobs["big"].iterations, tracker.jobs["big"].start_time) == (123456, 1000.0)
+    with open(path, "a") as f:
+        f.write(format_line("big", 123457, 1600.0) + "\n")
+    assert tail.poll() == [format_line("big", 123457, 1600.0)]  # then only what is new
+    tail.close()
+
+
+def test_reading_a_backlog_from_the_start_takes_bounded_steps(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from leveller.agent.rate_tracker import MAX_LINE_BYTES
+
+    path = tmp_path / "big.log"
+    _big_log(path, 100, 1000.0)
+    tail = LogTailer(str(path), from_start=True, max_read=1 << 20)
+    sizes, peaks = [], []
+    tracemalloc.start()
+    try:
+        for i in range(5):
+            tracemalloc.reset_peak()
+            lines = tail.poll()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            sizes.append(sum(len(x) + 1 for x in lines))
+            if i == 0:
+                assert lines[0] == format_line("big", 0, 1000.0)  # from the first line
+            del lines
+    finally:
+        tracemalloc.stop()
+    assert max(peaks) < 6 << 20, f"{max(peaks) / 2**20:.1f} MiB for one poll"
+    # one MiB read per poll, plus the end of a line begun in the previous one
+    assert all(0 < size <= (1 << 20) + MAX_LINE_BYTES for size in sizes), sizes
+    assert tail.behind  # more to come at the next poll
+    tail.close()
+
+
+def test_an_overlong_line_is_skipped_and_counted_once(tmp_path: Path) -> None:
+    path = tmp_path / "long.log"
+    path.write_text("")
+    tail = LogTailer(str(path), max_read=4096, max_line=1024)
+    with open(path, "a") as f:
+        f.write("before\n" + "x" * 3000)  # a line longer than max_line, not finished yet
+    assert tail.poll() == ["before"]
+    with open(path, "a") as f:
+        f.write("y" * 3000)
+    assert tail.poll() == []  # still inside it: nothing buffered beyond max_line
+    with open(path, "a") as f:
+        f.write("z\nafter\n" + "w" * 2000 + "\nlast\n")
+    assert tail.poll() == ["after", "last"]
+    assert tail.long_lines == 2 and tail._partial == b""
+    tail.close()
+
+
+def test_counting_patterns_do_not_count_the_head_of_a_log_joined_late(tmp_path: Path) -> None:
+    path = tmp_path / "count.log"
+    path.write_text("step\n" * 40000)  # 200 KB of history
+    tail = LogTailer(str(path), edge_bytes=0)
+    assert tail.poll() == []
+    with open(path, "a") as f:
+        f.write("step\nstep\n")
+    tr = RateTracker(r"^step$", default_job="c")
+    tr.feed_all(tail.poll(), now=5.0)
+    assert tr.jobs["c"].iterations == 1  # first line seen = start; one iteration since
+
+
+def test_a_line_being_written_when_joining_late_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "mid.log"
+    history = "".join(format_line("m", i, 1000.0 + i) + "\n" for i in range(5000))  # > 2 x 64 KiB
+    path.write_text(history + "leveller-iter job=m rank=0 it")  # the writer is in the middle of a line
+    tail = LogTailer(str(path))
+    tr = RateTracker()
+    tr.feed_all(tail.poll(), now=7000.0)
+    assert (tr.jobs["m"].start_time, tr.jobs["m"].iterations) == (1000.0, 4999)
+    with open(path, "a") as f:
+        f.write("er=5000 t=6000.0\n")
+    assert tail.poll() == ["leveller-iter job=m rank=0 iter=5000 t=6000.0"]  # not a fragment
+    tail.close()

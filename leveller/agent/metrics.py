@@ -1,0 +1,60 @@
+"""Prometheus metrics of the host agent, in its own registry (no global state), and the
+rate-limited log of what the agent skipped (bad log lines, jobs left out of a report)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge
+
+LOG = logging.getLogger("leveller.agent")
+LOG_EVERY_S = 10.0  # per field: the first rejection is logged at once, then one summary per interval
+
+
+class AgentMetrics:
+    """Counters for reports, lease expiries and skipped input; the lease left as a gauge."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.reports = PromCounter("leveller_agent_reports", "reports sent, by outcome (ok, failed, stale: "
+                                   "answered with a decision older than the lease)", ["outcome"], registry=r)
+        self.rejected = PromCounter("leveller_agent_rejected", "log lines or jobs skipped because the controller "
+                                    "would refuse them, by field (job, iter, t, jobs, line, flows)", ["field"],
+                                    registry=r)
+        self.lease_expiries = PromCounter("leveller_agent_lease_expiries", "times every mark was removed because "
+                                          "no fresh decision arrived within the lease", registry=r)
+        self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
+                                "(0: none)", registry=r)
+
+
+class Rejections:
+    """Counts what was skipped by field and logs it without flooding: the first time a field is seen at
+    once, then at most once per ``every_s`` with the number skipped meanwhile."""
+
+    def __init__(self, metrics: AgentMetrics | None = None, every_s: float = LOG_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic, log: logging.Logger = LOG) -> None:
+        self.metrics, self.every_s, self.clock, self.log = metrics, every_s, clock, log
+        self.counts: Counter[str] = Counter()
+        self._logged_at: dict[str, float] = {}
+        self._since_log: Counter[str] = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __call__(self, field: str, message: str, count: int = 1) -> None:
+        self.counts[field] += count
+        self._since_log[field] += count
+        if self.metrics is not None:
+            self.metrics.rejected.labels(field).inc(count)
+        now = self.clock()
+        last = self._logged_at.get(field)
+        if last is None or now - last >= self.every_s:
+            n = self._since_log.pop(field)
+            more = f" ({n} skipped for '{field}' in the last {now - last:.0f} s)" if last is not None else ""
+            self.log.warning("skipped: %s%s", message, more)
+            self._logged_at[field] = now

@@ -1,0 +1,107 @@
+"""A controller that answers but no longer decides must not keep agents' levels alive (issue 10, High 3).
+
+The controller runs its real decision loop and serves real gRPC on loopback; its path provider hangs
+from the second decision on, as the decision step did on 20k flows of one job. The agent runs its real
+loop (reports every 0.1 s, Watch push on). Reports keep being answered, but with a decision that ages:
+the agent must drop its marks once the decision is older than the lease, and take levels again when
+the loop decides again. No root needed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from leveller.agent.rate_tracker import LogTailer, RateTracker
+from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+from leveller.agent.service import Agent
+from leveller.controller.paths import SingleLinkPaths
+from leveller.controller.service import Controller
+from leveller.core.paths import FlowKey, flow_key
+from leveller.core.policies import make_policy
+from leveller.core.qos import default_level_map
+from leveller.jobs.logline import format_line
+from leveller.rpc.push import LevelsWatcher
+from leveller.rpc.transport import ControllerClient, serve
+from tests.fakes import RecordingEnforcer
+
+SECRET = b"stalled-controller-secret-01"
+FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
+TOP = default_level_map(2).dscp[1]
+LEASE_S = 1.0
+
+
+class StallingPaths:
+    """Single-link paths that hang (like a decision step on a huge report) while ``stalled`` is set."""
+
+    def __init__(self) -> None:
+        self.inner = SingleLinkPaths()
+        self.stalled = threading.Event()
+        self.go = threading.Event()
+        self.stalled_at: float | None = None
+
+    def links(self, flows: Sequence[FlowKey]) -> Mapping[FlowKey, tuple[str, ...] | None]:
+        if self.stalled.is_set():
+            self.stalled_at = self.stalled_at or time.monotonic()
+            self.go.wait(30)
+        return self.inner.links(flows)
+
+
+class OneFlow:
+    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        return {FA: FlowSample(4096)}
+
+
+def wait(cond: object, timeout_s: float, what: str) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(tmp_path: Path) -> None:
+    paths = StallingPaths()
+    ctl = Controller(paths, make_policy("leveller"), default_level_map(2), tau_s=0.1, lease_s=LEASE_S)
+    server, port = serve(ctl, "127.0.0.1:0", SECRET)
+    address = f"127.0.0.1:{port}"
+    log = tmp_path / "a.log"
+    log.write_text(format_line("a", 0, time.time() - 10) + "\n" + format_line("a", 5, time.time() - 1) + "\n")
+    enforcer = RecordingEnforcer()
+    agent = Agent("h1", [(LogTailer(str(log), from_start=True), RateTracker())], ControllerClient(address, SECRET),
+                  enforcer, flows=OneFlow(), classifier=Classifier(ports=(parse_port_rule("a=47000"),)),
+                  ideal_times={"a": 1.0})
+    stop = threading.Event()
+    threads = [threading.Thread(target=ctl.run, args=(stop,)), threading.Thread(target=agent.run, args=(0.1, stop))]
+    watcher = LevelsWatcher(address, SECRET, "h1", agent.apply_pushed, lambda: agent.known_jobs, wait_s=0.5)
+    try:
+        watcher.start()
+        for t in threads:
+            t.start()
+        wait(lambda: enforcer.marks == {FA: TOP}, 10, "the agent marks the job's flow")
+        epoch = ctl.epoch
+        paths.stalled.set()
+        wait(lambda: paths.stalled_at is not None, 5, "the decision loop to stall")
+        assert paths.stalled_at is not None
+        last_decision = paths.stalled_at  # the stalled step started after the last decision published
+        cleared = wait(lambda: enforcer.marks == {}, 10, f"marks dropped: {enforcer.marks}")
+        # within the lease of the last decision (+ one report interval and scheduling slack), not later
+        assert cleared - last_decision < LEASE_S + 1.0
+        assert ctl.epoch == epoch  # no decision since
+        assert agent.last_error is None  # the controller kept answering every report meanwhile
+        time.sleep(0.5)
+        assert enforcer.marks == {}  # answered reports do not bring stale levels back
+
+        paths.go.set()
+        paths.stalled.clear()
+        wait(lambda: enforcer.marks == {FA: TOP}, 10, "levels back once the loop decides again")
+        assert ctl.epoch > epoch
+    finally:
+        stop.set()
+        paths.go.set()
+        watcher.close()
+        for t in threads:
+            t.join(10)
+        server.stop(grace=None)
