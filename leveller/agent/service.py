@@ -164,8 +164,10 @@ class Agent:
             self._pushed_epoch = reply.epoch
 
     def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool]:
-        """Apply ``reply`` if its decision is still within the lease, else drop every mark; ``reference``
-        is a monotonic time no earlier than the reply's. Returns (stale, cleared). Caller holds the lock."""
+        """Apply ``reply`` if its decision is still within the lease, else drop every mark. ``reference``
+        is a monotonic time not later than when the reply left the controller (a report: when the request
+        left; a push, sent once the decision exists: its arrival, late by the network delay only).
+        Returns (stale, cleared). Caller holds the lock."""
         now = self.monotonic()
         valid_for = reference - reply.decision_age_s + reply.lease_s - now
         if valid_for <= 0:
