@@ -1,8 +1,15 @@
-"""Strict JSON codec: no NaN/Infinity, no duplicate keys, objects at the top level, size-bounded."""
+"""Strict JSON codec: no NaN/Infinity, no duplicate keys, objects at the top level, size-bounded.
+
+Whatever the bytes, parsing ends in a value or a SchemaError: nesting too deep
+for the parser and integers longer than Python converts (4300 digits) are
+refused like any other malformed body, never raised as RecursionError or a bare
+ValueError (which the RPC layer would answer as UNKNOWN).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -34,16 +41,27 @@ def encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, allow_nan=False, separators=(",", ":"), sort_keys=True).encode()
 
 
-def decode(body: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
-    """Parse a message body into a dict; SchemaError for anything else."""
+def loads(body: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
+    """Parse any strict JSON value (see the module doc); SchemaError("(body)", ...) if it is not one."""
     if len(body) > max_bytes:
         raise SchemaError("(body)", f"{len(body)} bytes exceeds the limit of {max_bytes}")
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(body.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except UnicodeDecodeError:
         raise SchemaError("(body)", "not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise SchemaError("(body)", f"not JSON: {exc.msg} at offset {exc.pos}") from None
+    except RecursionError:
+        raise SchemaError("(body)", "arrays or objects nested too deeply") from None
+    except ValueError as exc:  # an integer literal longer than int() accepts (sys.get_int_max_str_digits)
+        if isinstance(exc, SchemaError):
+            raise
+        raise SchemaError("(body)", f"an integer longer than {sys.get_int_max_str_digits()} digits") from None
+
+
+def decode(body: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """Parse a message body into a dict; SchemaError for anything else."""
+    value = loads(body, max_bytes)
     if not isinstance(value, dict):
         raise SchemaError("(body)", f"expected a JSON object, got {type(value).__name__}")
     return value
