@@ -35,8 +35,8 @@ def metadata(secret: bytes, method: str, sent_at: float, body: bytes) -> tuple[t
     return ((TIME_KEY, f"{sent_at:.6f}"), (SIGNATURE_KEY, sign(secret, method, sent_at, body)))
 
 
-def verify(secret: bytes, method: str, body: bytes, md: dict[str, str], now: float) -> None:
-    """Raise AuthError unless ``md`` carries a fresh, valid signature of ``body``."""
+def verify(secret: bytes, method: str, body: bytes, md: dict[str, str], now: float) -> float:
+    """The signed send time if ``md`` carries a fresh, valid signature of ``body``; else AuthError."""
     mac, when = md.get(SIGNATURE_KEY), md.get(TIME_KEY)
     if not mac or not when:
         raise AuthError(f"missing {SIGNATURE_KEY}/{TIME_KEY} metadata: the shared secret is required")
@@ -48,6 +48,7 @@ def verify(secret: bytes, method: str, body: bytes, md: dict[str, str], now: flo
         raise AuthError(f"{TIME_KEY} = {when!r} is more than {MAX_SKEW_S:.0f} s from this host's clock")
     if not hmac.compare_digest(mac, sign(secret, method, float(when), body)):
         raise AuthError("signature does not match: wrong shared secret or altered message")
+    return sent_at
 
 
 def load_secret(path: str | None, env: dict[str, str] | None = None) -> bytes:

@@ -6,8 +6,11 @@ returns frozen dataclasses or raises SchemaError naming the field (e.g.
 refused too, so a typo never passes silently.
 
     Report (agent -> controller, every tau)
-      {"v": 1, "host": str, "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?}],
+      {"v": 1, "host": str, "run": hex str, "seq": int,
+       "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?}],
        "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}]}
+      run/seq: the sending agent process's random id and the report's number in it
+      (leveller.rpc.replay: the controller refuses a report that is not newer).
     LevelsReply (controller -> agent)
       {"v": 1, "epoch": int, "lease_s": float, "decision_age_s": float, "dscp_by_level": [int],
        "flows": [{flow..., "job", "level"}]}
@@ -19,7 +22,7 @@ controller whose decision loop stalls cannot keep stale levels alive by
 answering reports. An age rather than a time stamp needs no synchronised clocks.
 
 The field checks (``check_name``, ``check_iterations``, ``check_time``,
-``check_not_future``) are public: the agent applies the same ones to every log
+``check_ideal_time``, ``check_not_future``) are public: the agent applies the same ones to every log
 line it reads, so it never builds a report the controller would refuse.
 """
 
@@ -33,6 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from leveller.core.paths import FlowKey, flow_key
 from leveller.errors import UserError
 from leveller.rpc.codec import SchemaError
+from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
 VERSION = 1
 MAX_JOBS = 1024
@@ -41,6 +45,7 @@ MAX_RECENT = 256
 MAX_LEVELS = 8
 MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
 MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock or data error)
+MAX_IDEAL_S = 86400.0  # an ideal iteration time above one day is a unit or data error (and would make R explode)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
@@ -67,6 +72,8 @@ class Report:
     host: str
     jobs: tuple[JobReport, ...]
     flows: tuple[FlowReport, ...]
+    run: str = ""  # set by the sending client (leveller.rpc.transport), checked by leveller.rpc.replay
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def _num(value: Any, field: str, lo: float, hi: float = math.inf, lo_open: bool 
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok and (value > lo if lo_open else value >= lo) and value <= hi:
         return float(value)
-    bound = f"> {lo}" if lo_open else f">= {lo}"
+    bound = (f"> {lo}" if lo_open else f">= {lo}") + (f" and <= {hi:g}" if math.isfinite(hi) else "")
     raise SchemaError(field, f"{value!r} is invalid; a finite number {bound}")
 
 
@@ -138,6 +145,11 @@ def check_time(value: Any, field: str, not_before: float = 0.0) -> float:
     if not_before > 0:
         return _num(value, field, not_before)
     return _num(value, field, 0, lo_open=True)
+
+
+def check_ideal_time(value: Any, field: str) -> float:
+    """An ideal iteration time: > 0 and at most MAX_IDEAL_S (one day), so R stays finite and meaningful."""
+    return _num(value, field, 0, MAX_IDEAL_S, lo_open=True)
 
 
 def check_not_future(value: float, field: str, now: float) -> float:
@@ -194,7 +206,7 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
     iterations = check_iterations(raw["iterations"], f"{f}.iterations")
     start = check_time(raw["start_time"], f"{f}.start_time")
     ideal = raw.get("ideal_time")
-    ideal = None if ideal is None else _num(ideal, f"{f}.ideal_time", 0, lo_open=True)
+    ideal = None if ideal is None else check_ideal_time(ideal, f"{f}.ideal_time")
     recent = []
     for k, pair in enumerate(_list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)):
         if not isinstance(pair, list) or len(pair) != 2:
@@ -206,13 +218,18 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
 
 def report_to_wire(report: Report) -> dict[str, Any]:
     flows = [dict(f.key.to_dict(), job=f.job, bytes=f.bytes) for f in report.flows]
-    return {"v": VERSION, "host": report.host, "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
+    return {"v": VERSION, "host": report.host, "run": report.run, "seq": report.seq,
+            "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
 
 
 def report_from_wire(msg: dict[str, Any]) -> Report:
-    _obj(msg, "", ("v", "host", "jobs", "flows"))
+    _obj(msg, "", ("v", "host", "run", "seq", "jobs", "flows"))
     _version(msg)
     host = check_name(msg["host"], "host")
+    run = msg["run"]
+    if not isinstance(run, str) or not RUN_RE.fullmatch(run):
+        raise SchemaError("run", f"{run!r} is invalid; 16-64 lowercase hex digits (the agent run's random id)")
+    seq = _int(msg["seq"], "seq", 1, MAX_SEQ)
     jobs: list[JobReport] = []
     seen: set[str] = set()
     for i, raw in enumerate(_list(msg["jobs"], "jobs", MAX_JOBS)):
@@ -226,7 +243,7 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
         if job not in seen:
             raise SchemaError(f"{f}.job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
         flows.append(FlowReport(key, job, _int(raw["bytes"], f"{f}.bytes", 0, 2**63 - 1)))
-    return Report(host, tuple(jobs), tuple(flows))
+    return Report(host, tuple(jobs), tuple(flows), run, seq)
 
 
 def _flow_entries(items: Any, extra: tuple[str, ...]) -> Iterator[tuple[str, Any, FlowKey, str]]:

@@ -5,12 +5,16 @@ Service ``leveller.v1.Controller``, unary methods:
   Status: {"v": 1} -> status dict (what `leveller status` shows)
 Requests are authenticated before they are decoded; rejected requests get
 UNAUTHENTICATED or INVALID_ARGUMENT with the field in the message, and the
-handler is not called (so nothing changes). Oversize messages are refused by
+handler is not called (so nothing changes). Each client numbers its reports
+under a random run id; a report not newer than the last one accepted from its
+host (a replay) is refused UNAUTHENTICATED (leveller.rpc.replay). Oversize messages are refused by
 gRPC itself (RESOURCE_EXHAUSTED) through max message length options.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
 from concurrent import futures
 from typing import Any, Callable, Iterable, Protocol
@@ -19,6 +23,7 @@ import grpc
 
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import LevelsReply, Report, VERSION, report_from_wire, report_to_wire, \
     reply_from_wire, reply_to_wire
 
@@ -58,29 +63,37 @@ class _Service:
                  on_reject: Callable[[str], None] | None) -> None:
         self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
         self.on_reject = on_reject or (lambda reason: None)
+        self.replay = ReplayGuard()
 
     def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
-              work: Callable[[dict[str, Any], float], dict[str, Any]]) -> bytes:
+              work: Callable[[dict[str, Any], float, float], dict[str, Any]]) -> bytes:
         now = self.clock()
         try:
-            auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
+            sent_at = auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
         except auth.AuthError as exc:
             self.on_reject("auth")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         try:
-            out = encode(work(decode(body, self.max_bytes), now))
+            out = encode(work(decode(body, self.max_bytes), now, sent_at))
         except SchemaError as exc:
             self.on_reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ReplayError as exc:
+            self.on_reject("replay")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         context.set_trailing_metadata(auth.metadata(self.secret, _reply_method(method), now, out))
         return out
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        return self._call(REPORT, body, context,
-                          lambda msg, now: reply_to_wire(self.handler.report(report_from_wire(msg), now)))
+        def work(msg: dict[str, Any], now: float, sent_at: float) -> dict[str, Any]:
+            report = report_from_wire(msg)
+            # a report refused by the handler afterwards still used up its number: harmless, the next is higher
+            self.replay.admit(report.host, report.run, report.seq, sent_at, now)
+            return reply_to_wire(self.handler.report(report, now))
+        return self._call(REPORT, body, context, work)
 
     def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        def work(msg: dict[str, Any], now: float) -> dict[str, Any]:
+        def work(msg: dict[str, Any], now: float, sent_at: float) -> dict[str, Any]:
             if msg != {"v": VERSION}:
                 raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
             return self.handler.status(now)
@@ -119,6 +132,7 @@ class ControllerClient:
                  max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.address, self.secret, self.timeout_s, self.clock = address, secret, timeout_s, clock
         self.max_bytes = max_message_bytes
+        self.run, self._seq = new_run_id(), itertools.count(1)  # replay protection (leveller.rpc.replay)
         self._channel = grpc.insecure_channel(address, options=_options(max_message_bytes))
         self._report = self._channel.unary_unary(REPORT)
         self._status = self._channel.unary_unary(STATUS)
@@ -148,7 +162,8 @@ class ControllerClient:
 
     def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
         """Send a report; returns the validated levels (refusing levels for jobs not in ``known_jobs``)."""
-        msg = self._call(self._report, REPORT, report_to_wire(report))
+        numbered = dataclasses.replace(report, run=self.run, seq=next(self._seq))
+        msg = self._call(self._report, REPORT, report_to_wire(numbered))
         try:
             return reply_from_wire(msg, known_jobs)
         except SchemaError as exc:

@@ -21,6 +21,7 @@ Unit tests cover the schema and transport pieces; this checks the assembled proc
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import socket
@@ -169,9 +170,11 @@ def test_agent_killed_restart_removes_the_stale_filter_and_clean_stop_leaves_not
 
 # ---- (c) bad reports to a live controller ----------------------------------------------------------
 
+RUN, _SEQ = "c0ffee00c0ffee00", itertools.count(1)  # this test's "agent run": reports numbered in order
+
 def _report(iterations: Any = 3, ideal: Any = 0.5, flow_job: str = "j1", start: float | None = None,
             pad: int = 0) -> dict[str, Any]:
-    msg: dict[str, Any] = {"v": 1, "host": "h1",
+    msg: dict[str, Any] = {"v": 1, "host": "h1", "run": RUN, "seq": next(_SEQ),
                            "jobs": [{"job": "j1", "iterations": iterations,
                                      "start_time": start if start is not None else time.time() - 10,
                                      "ideal_time": ideal}],

@@ -18,7 +18,7 @@ KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
 def good_report() -> dict[str, Any]:
     return report_to_wire(Report("h1", (JobReport("j1", 7, 1000.0, 0.5, ((6, 1003.0), (7, 1003.5))),
                                         JobReport("j2", 0, 1001.0)),
-                                 (FlowReport(KEY, "j1", 123456),)))
+                                 (FlowReport(KEY, "j1", 123456),), run="5f0c3a1e9b7d2468", seq=12))
 
 
 def good_reply() -> dict[str, Any]:
@@ -31,6 +31,7 @@ def test_report_round_trip() -> None:
     assert r.jobs[0] == JobReport("j1", 7, 1000.0, 0.5, ((6, 1003.0), (7, 1003.5)))
     assert r.jobs[1].ideal_time is None
     assert r.flows == (FlowReport(KEY, "j1", 123456),)
+    assert (r.run, r.seq) == ("5f0c3a1e9b7d2468", 12)
 
 
 def test_reply_round_trip() -> None:
@@ -69,6 +70,14 @@ def mutate(msg: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, 
     (("flows", 0, "proto"), "icmp", "flows[0].proto"),
     (("flows", 0, "bytes"), -5, "flows[0].bytes"),
     (("host",), "", "host"),
+    (("run",), "", "run"),
+    (("run",), "5F0C3A1E9B7D2468", "run"),
+    (("run",), 7, "run"),
+    (("run",), KeyError, "run"),
+    (("seq",), 0, "seq"),
+    (("seq",), 1.5, "seq"),
+    (("seq",), True, "seq"),
+    (("seq",), 2**63, "seq"),
     (("v",), 2, "v"),
     (("jobs",), {}, "jobs"),
 ])
@@ -113,6 +122,8 @@ def test_reply_rejects(path: tuple[Any, ...], value: Any, field: str) -> None:
 @pytest.mark.parametrize("body,msg", [
     (b'{"v": NaN}', "NaN"), (b'{"v": Infinity}', "Infinity"), (b'{"v": 1, "v": 1}', "duplicate"),
     (b"[1]", "JSON object"), (b"\xff", "UTF-8"), (b"{", "not JSON"),
+    (b"[" * 100_000, "nested too deeply"), (b'{"a": ' + b"[" * 100_000, "nested too deeply"),
+    (b'{"v": ' + b"7" * 5000 + b"}", "longer than"),
 ])
 def test_codec_rejects(body: bytes, msg: str) -> None:
     with pytest.raises(SchemaError, match=msg):

@@ -45,17 +45,22 @@ def server() -> Iterator[tuple[RecordingHandler, str]]:
         srv.stop(grace=None)
 
 
-def report(host: str = "h1") -> Report:
-    return Report(host, (JobReport("j1", 3, time.time() - 10, 1.0),), (FlowReport(KEY, "j1", 1000),))
+def report(host: str = "h1", iterations: int = 3, run: str = "00112233aabbccdd", seq: int = 1) -> Report:
+    return Report(host, (JobReport("j1", iterations, time.time() - 10, 1.0),), (FlowReport(KEY, "j1", 1000),),
+                  run, seq)
 
 
 def raw_call(address: str, body: bytes, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+    return raw_call_details(address, body, metadata)[0]
+
+
+def raw_call_details(address: str, body: bytes, metadata: tuple[tuple[str, str], ...]) -> tuple[grpc.StatusCode, str]:
     with grpc.insecure_channel(address) as ch:
         try:
             ch.unary_unary(REPORT).with_call(body, timeout=5, metadata=metadata)
         except grpc.RpcError as exc:
-            return exc.code()  # type: ignore[attr-defined, no-any-return]
-    return grpc.StatusCode.OK
+            return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, ""
 
 
 def test_report_gets_levels(server: tuple[RecordingHandler, str]) -> None:
@@ -132,3 +137,25 @@ def test_unreachable_controller_is_unavailable() -> None:
         with pytest.raises(RpcFailure) as info:
             client.report(report())
     assert info.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_replayed_report_is_refused_and_a_restarted_agent_is_accepted(server: tuple[RecordingHandler, str]) -> None:
+    handler, address = server
+    first = encode(report_to_wire(report(iterations=500, run="aaaaaaaaaaaaaaaa", seq=1)))
+    first_md = signed(first)
+    second = encode(report_to_wire(report(iterations=600, run="aaaaaaaaaaaaaaaa", seq=2)))
+    second_md = signed(second)
+    assert raw_call(address, first, first_md) == grpc.StatusCode.OK
+    assert raw_call(address, second, second_md) == grpc.StatusCode.OK
+    code, details = raw_call_details(address, first, first_md)  # captured and replayed: same bytes, same MAC
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "not newer" in details, details
+    assert [r.jobs[0].iterations for r in handler.reports] == [500, 600]
+
+    with ControllerClient(address, SECRET) as restarted:  # a new agent process: new run id, numbering from 1
+        restarted.report(report(iterations=700))
+        code, details = raw_call_details(address, second, second_md)  # the old run's newest report, replayed
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "earlier run" in details, details
+        restarted.report(report(iterations=701))
+    assert [r.jobs[0].iterations for r in handler.reports] == [500, 600, 700, 701]
+    assert len({r.run for r in handler.reports[2:]}) == 1 and handler.reports[2].run != "aaaaaaaaaaaaaaaa"
+    assert [r.seq for r in handler.reports[2:]] == [1, 2]
