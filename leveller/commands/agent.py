@@ -78,6 +78,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _ideal_times(items: list[str]) -> dict[str, float]:
+    from leveller.rpc.schema import MAX_IDEAL_S
+
     out = {}
     for item in items:
         job, _, value = item.partition("=")
@@ -85,8 +87,9 @@ def _ideal_times(items: list[str]) -> dict[str, float]:
             seconds = float(value)
         except ValueError:
             seconds = math.nan
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise UserError(f"--ideal-time {item!r}: expected JOB=SECONDS with SECONDS > 0")
+        if not (math.isfinite(seconds) and 0 < seconds <= MAX_IDEAL_S):
+            raise UserError(f"--ideal-time {item!r}: expected JOB=SECONDS with 0 < SECONDS <= {MAX_IDEAL_S:g} "
+                            "(one day)")
         out[check_job_name(job)] = seconds
     return out
 

@@ -19,6 +19,9 @@ from leveller.core.rate import progress_rate
 from leveller.rpc.schema import flow_label
 
 UNKNOWN_PATH = "?unknown-path"
+MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
+MAX_SHAPE_S = 86400.0  # compute / communication seconds per iteration in --job-shape
+MAX_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,13 @@ def parse_shape(text: str) -> tuple[str, JobShape]:
     try:
         compute, comm = float(parts[0]), float(parts[1])
         gpus = int(parts[2]) if len(parts) == 3 else 1
-        ok = len(parts) in (2, 3) and compute >= 0 and comm > 0 and gpus >= 1
+        ok = (len(parts) in (2, 3) and 0 <= compute <= MAX_SHAPE_S and 0 < comm <= MAX_SHAPE_S
+              and 1 <= gpus <= MAX_GPUS)
     except (ValueError, IndexError):
         ok = False
     if not ok:
-        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G] with C >= 0 and M > 0 seconds, G >= 1 GPUs")
+        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G] with 0 <= C <= {MAX_SHAPE_S:g} and "
+                        f"0 < M <= {MAX_SHAPE_S:g} seconds, 1 <= G <= {MAX_GPUS} GPUs")
     return check_job_name(job), JobShape(compute, comm, gpus)
 
 
@@ -66,10 +71,14 @@ class Decision:
 
 
 def job_rate(job: JobInput, now: float) -> float | None:
-    """R of a job at ``now`` (None without an ideal time)."""
+    """R of a job at ``now`` (None without an ideal time), at most MAX_RATE.
+
+    Reports bound iterations and ideal times, so R is finite; the cap keeps status and
+    metrics meaningful (and JSON-encodable) whatever a misconfigured ideal time gives."""
     if job.ideal_time is None:
         return None
-    return float(progress_rate(job.iterations, job.ideal_time, job.start_time, max(now, job.start_time)))
+    rate = float(progress_rate(job.iterations, job.ideal_time, job.start_time, max(now, job.start_time)))
+    return rate if rate <= MAX_RATE else MAX_RATE  # also maps an infinite or NaN R to the cap
 
 
 def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],

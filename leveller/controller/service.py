@@ -53,6 +53,7 @@ class Controller:
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
         with self._lock:
+            self._expire(now)
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
             self.metrics.reports.labels(report.host).inc()
@@ -77,8 +78,14 @@ class Controller:
             agent = self.registry.agents.get(host)
             return None if agent is None else self._reply(agent.report)
 
+    def _expire(self, now: float) -> None:
+        """Forget stale agents and jobs (Registry.expire) and their per-host metrics; lock held."""
+        for host in self.registry.expire(now):
+            self.metrics.reports.remove(host)
+
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
+            self._expire(now)
             d = self.decision
             jobs = self.registry.job_inputs(now)
             flows = self.registry.flows(now)
@@ -108,6 +115,7 @@ class Controller:
         started = time.perf_counter()
         inputs_at = self.monotonic()
         with self._lock:
+            self._expire(now)
             self.registry.update_profiling(now)
             jobs = self.registry.job_inputs(now)
             flows = {k: job for k, (job, _, _) in self.registry.flows(now).items()}

@@ -72,3 +72,11 @@ def test_reprofiling_reopens_a_window_later() -> None:
     assert state.next_reprofile is not None and 105.6 <= state.next_reprofile < 115.6
     reg.update_profiling(state.next_reprofile)
     assert state.profiler.profiling and state.profiler.ideal == pytest.approx(0.5)  # old estimate kept
+
+
+def test_recent_iteration_end_far_in_the_future_is_refused() -> None:
+    reg = Registry(stale_after_s=5)
+    with pytest.raises(SchemaError) as info:
+        reg.accept(rep("h1", JobReport("a", 2, 100.0, None, ((1, 101.0), (2, 1e12)))), now=110.0)
+    assert info.value.field == "jobs[0].recent[1][1]"
+    assert reg.agents == {} and reg.jobs == {}
