@@ -112,3 +112,22 @@ def fresh_cgroup(prefix: str) -> Iterator[Path]:
             except OSError:
                 time.sleep(0.1)
         assert not path.exists(), f"could not remove the test cgroup {path}"
+
+
+def send_report(address: str, body: bytes, secret: bytes | None,
+                metadata: tuple[tuple[str, str], ...] | None = None) -> tuple[Any, str]:
+    """One raw Report call: ``body`` signed now with ``secret`` (none if None), or sent with the given
+    ``metadata`` (a captured signature); returns (grpc.StatusCode, details)."""
+    import grpc
+
+    from leveller.rpc import auth
+    from leveller.rpc.transport import REPORT
+
+    if metadata is None:
+        metadata = auth.metadata(secret, REPORT, time.time(), body) if secret is not None else ()
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        try:
+            ch.unary_unary(REPORT).with_call(body, timeout=10, metadata=metadata)
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, ""

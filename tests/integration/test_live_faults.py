@@ -34,11 +34,10 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from leveller.rpc import auth
 from leveller.rpc.codec import encode
-from leveller.rpc.transport import REPORT, ControllerClient
+from leveller.rpc.transport import ControllerClient
 
-from .support import Proc, free_port, leveller_proc, wait_until
+from .support import Proc, free_port, leveller_proc, send_report, wait_until
 
 SECRET = "live-faults-secret-0123456789"
 ENV = {"LEVELLER_SECRET": SECRET}
@@ -185,16 +184,6 @@ def _report(iterations: Any = 3, ideal: Any = 0.5, flow_job: str = "j1", start: 
     return msg
 
 
-def _send(address: str, body: bytes, secret: bytes | None) -> tuple[grpc.StatusCode, str]:
-    md = auth.metadata(secret, REPORT, time.time(), body) if secret is not None else ()
-    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
-        try:
-            ch.unary_unary(REPORT).with_call(body, timeout=10, metadata=md)
-        except grpc.RpcError as exc:
-            return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
-    return grpc.StatusCode.OK, ""
-
-
 def _stable(status: dict[str, Any]) -> Any:
     """The parts of a status that a report may change (ages and clocks removed)."""
     return ({j["job"]: (j["iterations"], j["start_time"], j["ideal_time"]) for j in status["jobs"]},
@@ -213,11 +202,11 @@ def test_live_controller_refuses_bad_reports_and_changes_nothing(tmp_path: Path)
     good = SECRET.encode()
     # tau 1 s: the good report stays live (3 tau) for the whole check
     with controller(tmp_path, port, "--tau", "1", "--lease", "30", "--metrics-port", str(metrics_port)) as ctl:
-        wait_until(lambda: _send(address, encode(_report()), good)[0] == grpc.StatusCode.OK, 20,
+        wait_until(lambda: send_report(address, encode(_report()), good)[0] == grpc.StatusCode.OK, 20,
               f"the controller accepts a good report: {ctl.output()}")
         with ControllerClient(address, good) as client:
             wait_until(lambda: any(f["level"] == 1 for f in client.status()["flows"]), 10, "a decision for j1")
-            assert _send(address, encode(_report()), good)[0] == grpc.StatusCode.OK  # fresh: live for 3 s
+            assert send_report(address, encode(_report()), good)[0] == grpc.StatusCode.OK  # fresh: live for 3 s
             before = _stable(client.status())
             cases = [
                 ("wrong secret", encode(_report(iterations=99)), b"wrong-secret-0123456789",
@@ -236,7 +225,7 @@ def test_live_controller_refuses_bad_reports_and_changes_nothing(tmp_path: Path)
                  ""),
             ]
             for name, body, secret, code, needle in cases:
-                got, details = _send(address, body, secret)
+                got, details = send_report(address, body, secret)
                 assert got == code, f"{name}: {got} {details}"
                 assert needle in details, f"{name}: {details!r} does not mention {needle!r}"
             assert _stable(client.status()) == before  # a refused report moved nothing
