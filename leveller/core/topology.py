@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -122,7 +123,11 @@ class Topology:
 
 
 def _err(field_name: str, value: Any, allowed: str) -> UserError:
-    return UserError(f"topology: {field_name} = {value!r} is invalid; {allowed}")
+    return UserError(f"topology: {field_name} = {_short.repr(value)} is invalid; {allowed}")
+
+
+_short = reprlib.Repr()  # a value in an error message is shown abridged (a file can hold anything)
+_short.maxstring, _short.maxother, _short.maxlevel = 80, 80, 3
 
 
 def _check_keys(where: str, entry: Mapping[str, Any], allowed: set[str], required: set[str]) -> None:
@@ -202,21 +207,21 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
 
     hosts: list[Host] = []
     ips: set[str] = set()
-    usable = list(net.hosts())
+    usable = net.num_addresses - 2  # host addresses: all but the network and broadcast ones (prefix <= 29)
     for i, entry in enumerate(data["hosts"]):
         _check_keys(f"hosts[{i}]", entry, {"name", "ip"}, {"name"})
         name = claim(f"hosts[{i}].name", entry["name"])
         if "ip" in entry:
             try:
-                ip = ipaddress.ip_address(entry["ip"])
+                ip = ipaddress.IPv4Address(entry["ip"] if isinstance(entry["ip"], str) else "")
             except ValueError:
                 raise _err(f"hosts[{i}].ip", entry["ip"], "an IPv4 address") from None
-            if ip not in usable:
+            if ip not in net or ip in (net.network_address, net.broadcast_address):
                 raise _err(f"hosts[{i}].ip", entry["ip"], f"a host address inside subnet {net}")
         else:
-            if i >= len(usable):
+            if i >= usable:
                 raise _err("subnet", str(net), f"too small for {len(data['hosts'])} hosts")
-            ip = usable[i]
+            ip = net.network_address + 1 + i  # the i-th host address, computed (a /1 has 2^31 of them)
         if str(ip) in ips:
             raise _err(f"hosts[{i}].ip", str(ip), "host addresses must be unique")
         ips.add(str(ip))

@@ -1,5 +1,9 @@
 """Topology model: presets, port numbering and rejection of bad files before anything is built."""
 
+import ipaddress
+import subprocess
+import sys
+
 import pytest
 
 from leveller.core.topology import preset, topology_from_dict
@@ -62,6 +66,10 @@ def test_round_trip():
     (small(hosts=[{"name": "a"}, {"name": "b"}, {"name": "c"}]), "hosts.c"),
     (small(hosts=[{"name": "a", "ip": "10.0.0.1"}, {"name": "b", "ip": "10.0.0.1"}]), "unique"),
     (small(hosts=[{"name": "a", "ip": "192.168.1.1"}, {"name": "b"}]), "inside subnet"),
+    (small(hosts=[{"name": "a", "ip": "10.0.0.0"}, {"name": "b"}]), "inside subnet"),  # network address
+    (small(hosts=[{"name": "a", "ip": "10.0.0.255"}, {"name": "b"}]), "inside subnet"),  # broadcast
+    (small(hosts=[{"name": "a", "ip": 167772161}, {"name": "b"}]), "hosts[0].ip"),  # a number, not a string
+    (small(subnet="10.0.0.0/29", hosts=[{"name": f"h{i}"} for i in range(7)]), "too small for 7 hosts"),
     (small(levels=9), "levels"),
     (small(switches=[{"name": "s1", "colour": "red"}, {"name": "s2"}]), "colour"),
     (small(switches=[{"name": "S-1!"}, {"name": "s2"}]), "switches[0].name"),
@@ -74,3 +82,26 @@ def test_bad_topologies_are_rejected_with_the_field_named(data, needle):
     with pytest.raises(UserError) as err:
         topology_from_dict(data)
     assert needle in str(err.value)
+
+
+def test_addresses_are_assigned_in_order_skipping_none() -> None:
+    topo = topology_from_dict(small(subnet="192.168.4.0/29", hosts=[{"name": "a"}, {"name": "b", "ip": "192.168.4.6"}]))
+    assert [h.ip for h in topo.hosts] == ["192.168.4.1", "192.168.4.6"]
+
+
+@pytest.mark.parametrize("subnet", ["0.0.0.0/1", "10.0.0.0/8"])
+def test_a_huge_subnet_is_not_enumerated(subnet: str) -> None:
+    """Issue 10 medium 8: /1 used to be expanded into a list of 2^31 addresses (out of memory after 92 s).
+    Built here under a 512 MiB address-space limit: expanding even a /8 exceeds it."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))\n"
+        "from leveller.core.topology import topology_from_dict\n"
+        "links = [{'a': h, 'b': 's1', 'rate_mbps': 10} for h in ('a', 'b')]\n"
+        f"topo = topology_from_dict({{'subnet': {subnet!r}, 'switches': [{{'name': 's1'}}], "
+        "'hosts': [{'name': 'a'}, {'name': 'b', 'ip': '10.200.0.9'}], 'links': links})\n"
+        "print(' '.join(h.ip for h in topo.hosts))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    first = str(ipaddress.ip_network(subnet).network_address + 1)
+    assert out.returncode == 0 and out.stdout.split() == [first, "10.200.0.9"], out.stderr[-2000:]
