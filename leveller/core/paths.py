@@ -4,6 +4,15 @@ PURE. Among the equal-cost (fewest hops) paths between the flow's source and
 destination hosts, the path is picked by a stable hash of the 5-tuple, so the
 SDN app, a restarted app and any caller asking "which links does this flow
 cross" all get the same answer without coordination.
+
+The paths are never enumerated: their number grows exponentially with the
+fabric (a 12x12 grid has 705,432 between opposite corners). Two breadth-first
+searches give, for every node on a shortest path, how many shortest paths lead
+from it to the destination; the k-th path in sorted order (k = hash mod count)
+is then walked directly, choosing at each hop the successor, in name order, whose
+subtree holds index k. That is exactly ``sorted(all shortest paths)[k]``, in
+O(nodes + links) per flow, whatever the count. ``equal_cost_paths`` lists at
+most ``limit`` of them (the first ones in that order).
 """
 
 from __future__ import annotations
@@ -117,28 +126,84 @@ def graph(topo: Topology) -> nx.Graph:
     return g
 
 
-def equal_cost_paths(topo: Topology, src_host: str, dst_host: str,
-                     g: nx.Graph | None = None) -> list[tuple[str, ...]]:
-    """All fewest-hop node paths between two hosts, sorted (a deterministic order).
+MAX_LISTED_PATHS = 64
 
-    Paths never transit another host (hosts are single-homed, so they cannot)."""
-    g = graph(topo) if g is None else g
-    return sorted(tuple(p) for p in nx.all_shortest_paths(g, src_host, dst_host))
+
+@dataclass(frozen=True)
+class ShortestPaths:
+    """The fewest-hop paths from ``src`` to ``dst`` as a DAG: next hops (sorted by name) and, per
+    node, the number of shortest paths from it to ``dst``. ``count`` is 0 when ``dst`` is unreachable."""
+
+    src: str
+    dst: str
+    next_hops: Mapping[str, tuple[str, ...]]
+    paths_to_dst: Mapping[str, int]
+
+    @property
+    def count(self) -> int:
+        return self.paths_to_dst.get(self.src, 0)
+
+    def nth(self, index: int) -> tuple[str, ...]:
+        """The ``index``-th path (0-based) in sorted order of node tuples."""
+        if not 0 <= index < self.count:
+            raise IndexError(f"path index {index} outside 0..{self.count - 1}")
+        nodes = [self.src]
+        while nodes[-1] != self.dst:
+            for nxt in self.next_hops[nodes[-1]]:
+                if index < self.paths_to_dst[nxt]:
+                    nodes.append(nxt)
+                    break
+                index -= self.paths_to_dst[nxt]
+        return tuple(nodes)
+
+    def first(self, limit: int) -> list[tuple[str, ...]]:
+        """The first ``limit`` paths in sorted order (all of them if there are fewer)."""
+        return [self.nth(i) for i in range(min(limit, self.count))]
+
+
+def shortest_paths(g: nx.Graph, src: str, dst: str) -> ShortestPaths:
+    """Count and index the fewest-hop paths between two nodes of ``g`` (two BFS, no enumeration).
+
+    Paths never transit a host: hosts are single-homed, so none lies between two links."""
+    from_src = nx.single_source_shortest_path_length(g, src)
+    if dst not in from_src:
+        return ShortestPaths(src, dst, {}, {})
+    to_dst = nx.single_source_shortest_path_length(g, dst)
+    length = from_src[dst]
+    on_path = sorted((n for n, d in from_src.items() if d + to_dst.get(n, length + 1) == length),
+                     key=lambda n: -from_src[n])  # farthest from src (dst) first
+    next_hops: dict[str, tuple[str, ...]] = {}
+    paths_to_dst: dict[str, int] = {}
+    for node in on_path:
+        hops = tuple(sorted(m for m in g[node] if m in paths_to_dst and from_src.get(m) == from_src[node] + 1))
+        next_hops[node] = hops
+        paths_to_dst[node] = 1 if node == dst else sum(paths_to_dst[m] for m in hops)
+    return ShortestPaths(src, dst, next_hops, paths_to_dst)
+
+
+def equal_cost_paths(topo: Topology, src_host: str, dst_host: str, g: nx.Graph | None = None,
+                     limit: int = MAX_LISTED_PATHS) -> list[tuple[str, ...]]:
+    """The fewest-hop node paths between two hosts in sorted (deterministic) order, at most ``limit``
+    of them (there can be exponentially many; ``shortest_paths(...).count`` says how many)."""
+    return shortest_paths(graph(topo) if g is None else g, src_host, dst_host).first(limit)
 
 
 def choose_path(topo: Topology, flow: FlowKey, g: nx.Graph | None = None) -> Path | None:
     """The path of a flow, or None when its addresses are not hosts of the topology
-    (or both ends are the same host)."""
+    (or both ends are the same host). Among all equal-cost paths, the one at index
+    stable_hash(flow) mod their number in sorted order: the same in every process."""
     src, dst = topo.host_by_ip(flow.src), topo.host_by_ip(flow.dst)
     if src is None or dst is None or src == dst:
         return None
-    candidates = equal_cost_paths(topo, src.name, dst.name, g)
-    nodes = candidates[stable_hash(flow) % len(candidates)]
+    dag = shortest_paths(graph(topo) if g is None else g, src.name, dst.name)
+    if dag.count == 0:
+        return None
+    nodes = dag.nth(stable_hash(flow) % dag.count)
     hops = []
     for prev, here, nxt in zip(nodes, nodes[1:], nodes[2:]):
         sw = topo.switch(here)
         hops.append(Hop(here, sw.dpid, topo.port_towards(here, prev), topo.port_towards(here, nxt)))
-    return Path(flow, src.name, dst.name, nodes, tuple(hops), len(candidates))
+    return Path(flow, src.name, dst.name, nodes, tuple(hops), dag.count)
 
 
 def flow_from_mapping(query: Mapping[str, Any]) -> FlowKey:

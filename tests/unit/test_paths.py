@@ -63,3 +63,85 @@ def test_paths_are_shortest_and_port_consistent(src, dst, sport, dport, proto):
         ports = dict((node, port) for port, node, _ in LS.switch_ports(hop.switch))
         assert ports[prev] == hop.in_port and ports[nxt] == hop.out_port
     assert p.nodes[0] == LS.host_by_ip(src).name and p.nodes[-1] == LS.host_by_ip(dst).name
+
+
+def grid(n: int):
+    """An n x n grid of switches, host a on the top-left corner, host b on the bottom-right one."""
+    from leveller.core.topology import topology_from_dict
+
+    sw = [f"s{r}_{c}" for r in range(n) for c in range(n)]
+    links = [{"a": f"s{r}_{c}", "b": f"s{r}_{c + 1}", "rate_mbps": 10} for r in range(n) for c in range(n - 1)]
+    links += [{"a": f"s{r}_{c}", "b": f"s{r + 1}_{c}", "rate_mbps": 10} for r in range(n - 1) for c in range(n)]
+    links += [{"a": "a", "b": "s0_0", "rate_mbps": 10}, {"a": "b", "b": f"s{n - 1}_{n - 1}", "rate_mbps": 10}]
+    return topology_from_dict({"switches": [{"name": s} for s in sw], "hosts": [{"name": "a"}, {"name": "b"}],
+                               "links": links})
+
+
+def test_a_12x12_grid_picks_among_705432_paths_without_listing_them():
+    """Issue 10 low 15: the 705,432 corner-to-corner paths used to be enumerated for every flow
+    (7.8 s per GET /paths). Memory is the witness: listing them takes hundreds of MB."""
+    import math
+    import tracemalloc
+
+    topo = grid(12)
+    tracemalloc.start()
+    try:
+        first = choose_path(topo, flow_key("10.0.0.1", "10.0.0.2", 0, 80))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 << 20, f"{peak / 2**20:.0f} MiB"
+    paths = [first] + [choose_path(topo, flow_key("10.0.0.1", "10.0.0.2", sport, 80)) for sport in range(1, 50)]
+    assert {p.choices for p in paths} == {math.comb(22, 11)} == {705432}
+    assert all(len(p.nodes) == 2 + 23 and len(p.hops) == 23 for p in paths)  # 23 switches: shortest
+    assert len({p.nodes for p in paths}) > 40  # spread over many of them
+    assert paths == [choose_path(topo, flow_key("10.0.0.1", "10.0.0.2", sport, 80)) for sport in range(50)]
+    assert len(equal_cost_paths(topo, "a", "b")) == 64  # listing is capped
+
+
+@st.composite
+def small_graph(draw):
+    """A random connected graph of up to 9 switches (some with equal-cost alternatives), two hosts."""
+    import networkx as nx
+
+    n = draw(st.integers(2, 9))
+    edges = {(i, draw(st.integers(0, i - 1))) for i in range(1, n)}  # a random spanning tree
+    edges |= {tuple(sorted(e)) for e in draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
+                                                        max_size=12)) if e[0] != e[1]}
+    g = nx.Graph()
+    g.add_edges_from((f"s{a}", f"s{b}") for a, b in edges)
+    g.add_edge("ha", f"s{draw(st.integers(0, n - 1))}")
+    g.add_edge("hb", f"s{draw(st.integers(0, n - 1))}")
+    return g
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_graph())
+def test_indexed_paths_are_exactly_the_sorted_shortest_paths(g):
+    import networkx as nx
+
+    from leveller.core.paths import shortest_paths
+
+    reference = sorted(tuple(p) for p in nx.all_shortest_paths(g, "ha", "hb"))
+    dag = shortest_paths(g, "ha", "hb")
+    assert dag.count == len(reference)
+    assert [dag.nth(i) for i in range(dag.count)] == reference
+    assert dag.first(3) == reference[:3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(IPS), st.sampled_from(IPS), st.integers(0, 65535), st.integers(0, 65535))
+def test_choice_is_the_same_as_picking_from_the_sorted_list(src, dst, sport, dport):
+    """Same answer as before the change (hash mod count into the sorted list): paths installed by a
+    running SDN app and those a new controller computes agree."""
+    import networkx as nx
+
+    from leveller.core.paths import graph, stable_hash
+
+    f = flow_key(src, dst, sport, dport)
+    p = choose_path(LS, f)
+    if p is None:
+        assert src == dst
+        return
+    reference = sorted(tuple(x) for x in nx.all_shortest_paths(graph(LS), p.src_host, p.dst_host))
+    assert p.nodes == reference[stable_hash(f) % len(reference)] and p.choices == len(reference)
