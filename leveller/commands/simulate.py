@@ -12,6 +12,12 @@ link equally), crux (static strict priority by G*C/M, ties by --job order),
 leveller (strict priority to the lowest R, re-ranked at every iteration end
 when --tau is 0, else every tau; equal R keeps --job order; at t = 0 every
 R is 0, so --job order decides the first ranking).
+
+Event budget: a run is refused up front when its events could exceed --max-events
+(default 1,000,000, a few tens of seconds here). The bound counted is 2 phase ends per
+ideal iteration of every job over the horizon, plus one re-ranking per tau. Lower
+--cycles, a longer --tau or less disparate job times fit a run into the budget; raise
+--max-events to allow longer runs. On a terminal, progress is shown on stderr.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ import argparse
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from leveller.errors import UserError
 
 POLICIES = ("fair", "crux", "leveller")
 PRESET_NAMES = ("fig3", "fig1-trio")
 JOB_FORMAT = "format C:M[:G] with compute time C > 0, communication time M > 0, GPUs G an integer >= 1"
+DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def parse_job(text: str) -> Any:
@@ -82,7 +89,35 @@ def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
         "tau": float(tau),
         "cycles": cycles,
         "horizon": float(result.horizon),
+        "events": result.events,
     }
+
+
+def check_budget(jobs: list, cycles: int, tau: Optional[Fraction], max_events: int) -> int:
+    """The run's event bound; UserError naming --max-events if it exceeds the budget."""
+    from leveller.sim.link import event_bound
+
+    bound = event_bound(jobs, cycles, tau)
+    if bound > max_events:
+        shown = f"{bound:,}" if bound < 10**15 else f"about 10^{len(str(bound)) - 1}"
+        raise UserError(f"this run could take up to {shown} events, over the budget --max-events {max_events:,}; "
+                        "lower --cycles, use a longer --tau or less disparate job times, or raise --max-events")
+    return bound
+
+
+def run_with_progress(simulate: Callable[..., Any], bound: int) -> Any:
+    """Run ``simulate(on_progress=...)`` with a rich progress bar on stderr when it is a terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return simulate(on_progress=None)
+    with Progress(TextColumn("simulating (up to {task.fields[bound]:,} events)"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("simulate", total=1.0, bound=bound)
+        return simulate(on_progress=lambda done: progress.update(task, completed=done))
 
 
 def run_link(args: argparse.Namespace) -> int:
@@ -92,6 +127,7 @@ def run_link(args: argparse.Namespace) -> int:
 
     check_positive("--cycles", args.cycles)
     check_positive("--levels", args.levels)
+    check_positive("--max-events", args.max_events)
     tau = parse_tau(args.tau)
     if args.job and args.preset:
         raise UserError("give either --job (one or more) or --preset, not both")
@@ -101,9 +137,13 @@ def run_link(args: argparse.Namespace) -> int:
         jobs = list(PRESETS[args.preset])
     else:
         raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
+    policy = make_policy(args.policy, tau)
+    bound = check_budget(jobs, args.cycles, policy.tau, args.max_events)
     until = Fraction(args.timeline_until)
-    result = simulate_link(jobs, make_policy(args.policy, tau), cycles=args.cycles, levels=args.levels,
-                           record_until=until if args.timeline else Fraction(0))
+    result = run_with_progress(
+        lambda on_progress: simulate_link(jobs, policy, cycles=args.cycles, levels=args.levels,
+                                          record_until=until if args.timeline else Fraction(0),
+                                          on_progress=on_progress), bound)
     if args.timeline:
         from leveller.sim.timeline import plot_timelines
 
@@ -152,6 +192,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="measure R over N x the longest ideal iteration (default 1500)")
     link.add_argument("--levels", type=int, default=None, metavar="K",
                       help="switch priority levels (default: one per job)")
+    link.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
+                      help=f"refuse a run that could take more than N events (default {DEFAULT_MAX_EVENTS:,}; "
+                      "see 'Event budget' above)")
     link.add_argument("--timeline", metavar="FILE.png", help="also draw the first time units as a PNG timeline")
     link.add_argument("--timeline-until", type=int, default=15, metavar="T",
                       help="time span shown by --timeline (default 15)")

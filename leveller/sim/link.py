@@ -9,13 +9,20 @@ policy.order(JobView snapshot) -> assign_levels over one flow per job.
 Re-ranking follows ``policy.tau`` (None: once at t=0; 0: at every iteration
 end; T > 0: every T). Arithmetic is exact (fractions), so results are
 deterministic and ties are real ties.
+
+Each step of the loop is an event: some job ends a compute or communication
+phase, or a re-ranking tick is due. ``event_bound`` gives, before running, an
+upper bound on their number (each job at most ends its phases at its ideal pace,
+plus the ticks), so callers can refuse a run that would not finish in reasonable
+time instead of running silently for hours.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
@@ -63,6 +70,7 @@ class LinkResult:
     iterations: tuple[int, ...]
     rates: tuple[Fraction, ...]
     segments: tuple[Segment, ...] = field(default=(), repr=False)
+    events: int = 0
 
     @property
     def min(self) -> Fraction:
@@ -78,17 +86,33 @@ def job_name(index: int) -> str:
     return str(index + 1)
 
 
+def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Optional[Fraction]) -> int:
+    """Upper bound on the events of ``simulate_link(jobs, policy with tau, cycles)``.
+
+    A job finishes at most horizon / ideal iterations (it cannot beat its ideal time),
+    i.e. at most two phase ends each (+ one partial iteration); ticks come every tau."""
+    horizon = cycles * max(Fraction(j.ideal) for j in jobs)
+    bound = sum(2 * (math.floor(horizon / j.ideal) + 1) for j in jobs) + 1
+    if tau:
+        bound += math.floor(horizon / Fraction(tau))
+    return bound
+
+
 def simulate_link(
     jobs: Sequence[LinkJob],
     policy: Policy,
     cycles: int = 1500,
     levels: Optional[int] = None,
     record_until: Fraction = Fraction(0),
+    on_progress: Optional[Callable[[float], None]] = None,
+    progress_every: int = 2048,
 ) -> LinkResult:
     """Run until ``cycles`` x the longest ideal iteration; R_j = N_j * T_j / horizon.
 
     ``levels`` = switch priority levels K (default: one per job, i.e. unlimited).
     Segments are recorded for t < ``record_until`` (for timeline pictures).
+    ``on_progress(fraction of the horizon done)`` is called every ``progress_every``
+    events and once at the end (1.0).
     """
     if not jobs:
         raise ValueError("need at least one job")
@@ -130,7 +154,11 @@ def simulate_link(
     next_tick = Fraction(tau) if tau else None
     t = Fraction(0)
     one = Fraction(1)
+    events = 0
     while t < horizon:
+        events += 1
+        if on_progress is not None and events % progress_every == 0:
+            on_progress(float(t / horizon))
         share = [Fraction(0)] * n
         active = [i for i in range(n) if sending[i]]
         if active:
@@ -173,6 +201,8 @@ def simulate_link(
             level = rerank(t)
         elif tau == 0 and ended:
             level = rerank(t)
+    if on_progress is not None:
+        on_progress(1.0)
     rates = tuple(Fraction(iters[i]) * ideal[i] / horizon for i in range(n))
     segments = tuple(Segment(s[0], s[1], s[2], s[3]) for s in segs)
-    return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments)
+    return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments, events)

@@ -86,3 +86,60 @@ def test_unknown_policy_is_rejected_with_choices(capsys) -> None:  # type: ignor
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--policy" in err and "fair" in err and "leveller" in err
+
+
+# ---- event budget and progress (issue 10, medium 9) ----------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["--job", "1000000:0.000001", "--job", "1:2"],
+    ["--preset", "fig3", "--cycles", "100000000"],
+    ["--job", "1e300:1", "--job", "1:1"],
+    ["--preset", "fig3", "--tau", "1e-9"],
+])
+def test_runs_over_the_event_budget_are_refused_at_once(argv: list) -> None:
+    """These ran for hours without a word; now they are refused before starting, naming the budget.
+    (A subprocess, so that a regression fails on the timeout instead of hanging the suite.)"""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "leveller.cli", "simulate", "link", *argv, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--max-events 1,000,000" in out.stderr and "events" in out.stderr, out.stderr
+
+
+def test_the_budget_can_be_raised_and_lowered(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["simulate", "link", "--preset", "fig3", "--max-events", "7504", "--json"]) == 2
+    assert "up to 7,505 events" in capsys.readouterr().err
+    out = run_json(capsys, "--preset", "fig3", "--max-events", "7505")
+    assert out["events"] == 4500 and out["rates"] == pytest.approx([0.857, 0.857], abs=TOL)
+    assert main(["simulate", "link", "--preset", "fig3", "--max-events", "0"]) == 2
+    assert "--max-events must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_progress_is_shown_on_a_terminal_and_json_stays_clean() -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "leveller.cli", "simulate", "link", "--preset", "fig3",
+                               "--cycles", "3000", "--json"], stdout=subprocess.PIPE, stderr=slave, timeout=120,
+                              env=dict(os.environ, COLUMNS="100"))
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["rates"] == pytest.approx([0.857, 0.857], abs=TOL)
+    assert b"simulating (up to 15,005 events)" in shown and b"%" in shown

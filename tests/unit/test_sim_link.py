@@ -152,3 +152,18 @@ def test_simulator_drives_the_policy_object_it_is_given() -> None:
 
     res = simulate_link(PRESETS["fig3"], Reversed(tau=0), cycles=300)
     assert res.min < 0.8
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3)), min_size=1, max_size=4),
+       st.sampled_from(["fair", "crux", "leveller"]), st.sampled_from([None, "0", "1/2", "3"]), st.integers(1, 12))
+def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:  # type: ignore[no-untyped-def]
+    """The budget check counts on event_bound never being below what a run really takes."""
+    from leveller.sim.link import event_bound
+
+    jobs = [LinkJob(Fraction(c, 2), Fraction(m, 3), g) for c, m, g in shapes]
+    pol = make_policy(policy, Fraction(tau) if tau is not None else Fraction(0))
+    seen: list[float] = []
+    result = simulate_link(jobs, pol, cycles=cycles, on_progress=seen.append, progress_every=7)
+    assert 0 < result.events <= event_bound(jobs, cycles, pol.tau)
+    assert seen == sorted(seen) and seen[-1] == 1.0 and len(seen) == result.events // 7 + 1
