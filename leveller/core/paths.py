@@ -6,9 +6,9 @@ SDN app, a restarted app and any caller asking "which links does this flow
 cross" all get the same answer without coordination.
 
 The paths are never enumerated: their number grows exponentially with the
-fabric (a 12x12 grid has 705,432 between opposite corners). Two breadth-first
-searches give, for every node on a shortest path, how many shortest paths lead
-from it to the destination; the k-th path in sorted order (k = hash mod count)
+fabric (a 12x12 grid has 705,432 between opposite corners). One breadth-first
+search and a walk back from the destination give, for every node on a shortest
+path, how many shortest paths lead from it to the destination; the k-th path in sorted order (k = hash mod count)
 is then walked directly, choosing at each hop the successor, in name order, whose
 subtree holds index k. That is exactly ``sorted(all shortest paths)[k]``, in
 O(nodes + links) per flow, whatever the count. ``equal_cost_paths`` lists at
@@ -162,22 +162,26 @@ class ShortestPaths:
 
 
 def shortest_paths(g: nx.Graph, src: str, dst: str) -> ShortestPaths:
-    """Count and index the fewest-hop paths between two nodes of ``g`` (two BFS, no enumeration).
+    """Count and index the fewest-hop paths between two nodes of ``g`` (one BFS, no enumeration).
 
     Paths never transit a host: hosts are single-homed, so none lies between two links."""
-    from_src = nx.single_source_shortest_path_length(g, src)
-    if dst not in from_src:
+    preds = nx.predecessor(g, src)  # node -> its predecessors on shortest paths from src
+    if dst not in preds:
         return ShortestPaths(src, dst, {}, {})
-    to_dst = nx.single_source_shortest_path_length(g, dst)
-    length = from_src[dst]
-    on_path = sorted((n for n, d in from_src.items() if d + to_dst.get(n, length + 1) == length),
-                     key=lambda n: -from_src[n])  # farthest from src (dst) first
+    # walk back from dst: the nodes met are those on some shortest path, one distance layer at a time
+    order, successors = [dst], {dst: []}
+    for node in order:
+        for prev in preds[node]:
+            if prev not in successors:
+                successors[prev] = []
+                order.append(prev)
+            successors[prev].append(node)
     next_hops: dict[str, tuple[str, ...]] = {}
-    paths_to_dst: dict[str, int] = {}
-    for node in on_path:
-        hops = tuple(sorted(m for m in g[node] if m in paths_to_dst and from_src.get(m) == from_src[node] + 1))
-        next_hops[node] = hops
-        paths_to_dst[node] = 1 if node == dst else sum(paths_to_dst[m] for m in hops)
+    paths_to_dst: dict[str, int] = {dst: 1}
+    for node in order:  # successors (one layer nearer dst) are always counted first
+        next_hops[node] = tuple(sorted(successors[node]))
+        if node != dst:
+            paths_to_dst[node] = sum(paths_to_dst[m] for m in next_hops[node])
     return ShortestPaths(src, dst, next_hops, paths_to_dst)
 
 
