@@ -1,14 +1,18 @@
 """HTTP JSON API of the SDN app (WSGI, served by an eventlet green thread).
 
-All answers are JSON. Errors: 400 {"error": "..."} for bad input, 404 for unknown
-hosts / flows outside the topology.
+All answers are JSON. Errors: 400 {"error": "<field>: ..."} for bad input (the field
+named, e.g. ``body[3].sport``; never a traceback), 404 for unknown hosts / flows
+outside the topology; the server (sdn.httpd) adds 408 (too slow), 413 (body too
+large) and 503 (every connection busy).
 
 GET  /health                 {"switches": {name: connected}, "flows": n, "queue_mode": str, "levels": {...}}
 GET  /topology               the topology (hosts, switches, links, levels)
 GET  /levels                 {"levels": K, "dscp": [per level], "queue": [per level]}
 GET  /paths?src=&dst=&sport=&dport=&proto=   one flow's path (proto tcp|udp|icmp|number, default tcp)
 POST /paths                  body [{"src":..,"dst":..,"sport":..,"dport":..,"proto":..}, ...]
-                             -> {"paths": [path or null, ...]} (same order)
+                             -> {"paths": [path or null, ...]} (same order). src, dst: IPv4
+                             strings; sport, dport: integers 0..65535 (default 0); proto: tcp,
+                             udp, icmp or an integer 0..255 (default tcp); no other keys
 GET  /flows                  {"flows": [path, ...]} every flow with installed rules
 GET  /hosts/<name>/paths     {"host": name, "flows": [path, ...]} installed flows from or to the host
 GET  /queues                 {"queues": [{"switch", "dpid", "port", "port_name", "queue", "level",
@@ -22,22 +26,80 @@ asking before the flow starts gives the path it will take.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import parse_qs
 
-from leveller.core.paths import flow_from_mapping
+from leveller.core.paths import PROTOCOLS, FlowKey, flow_from_mapping, flow_key
 from leveller.errors import UserError
+from leveller.rpc.codec import SchemaError, loads
 
 Handler = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+T = TypeVar("T")
+FLOW_FIELDS = ("src", "dst", "sport", "dport", "proto")
+MAX_BODY_BYTES = 4 << 20
 
 
-def make_app(view: Any) -> Handler:
-    """WSGI app over `view`, which provides `logic` (PathController), `health()` and `queues()`."""
+def _direct(work: Callable[[], T]) -> T:
+    return work()
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (for error messages: null, not NoneType)."""
+    for kind, name in ((bool, "true/false"), (type(None), "null"), (dict, "an object"), (list, "an array"),
+                       (str, "a string"), (int, "an integer"), (float, "a number")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def flow_from_json(value: Any, field: str) -> FlowKey:
+    """A flow given as JSON (strict types: a port is an integer, not 1.5 or true); SchemaError names the field."""
+    if not isinstance(value, dict):
+        raise SchemaError(field, f"expected an object with {', '.join(FLOW_FIELDS)}; got {json_type(value)}")
+    for key in value:
+        if key not in FLOW_FIELDS:
+            raise SchemaError(f"{field}.{key}", f"unknown field; allowed: {', '.join(FLOW_FIELDS)}")
+    for key in ("src", "dst"):
+        if not isinstance(value.get(key), str):
+            raise SchemaError(f"{field}.{key}", f"{value.get(key)!r} is invalid; an IPv4 address string")
+    for key in ("sport", "dport"):
+        port = value.get(key, 0)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise SchemaError(f"{field}.{key}", f"{port!r} is invalid; an integer 0..65535")
+    proto = value.get("proto", "tcp")
+    if not ((isinstance(proto, str) and proto.lower() in PROTOCOLS) or
+            (isinstance(proto, int) and not isinstance(proto, bool) and 0 <= proto <= 255)):
+        raise SchemaError(f"{field}.proto", f"{proto!r} is invalid; tcp, udp, icmp or an integer 0..255")
+    try:
+        return flow_key(value["src"], value["dst"], value.get("sport", 0), value.get("dport", 0), proto)
+    except UserError as exc:
+        raise SchemaError(field, str(exc)) from None
+
+
+def flows_from_body(body: bytes, max_bytes: int = MAX_BODY_BYTES) -> list[FlowKey]:
+    """The flows of a POST /paths body (empty body: none); SchemaError names the first bad field."""
+    value = loads(body, max_bytes) if body.strip() else []
+    if not isinstance(value, list):
+        raise SchemaError("body", f"expected a JSON list of flows; got {json_type(value)}")
+    return [flow_from_json(item, f"body[{i}]") for i, item in enumerate(value)]
+
+
+def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
+             max_body_bytes: int = MAX_BODY_BYTES) -> Handler:
+    """WSGI app over `view`, which provides `logic` (PathController), `health()` and `queues()`.
+
+    Work that grows with the request or with the installed flows (POST /paths, GET /flows,
+    GET /hosts/*/paths) runs through ``offload(work)``: the SDN app passes eventlet's thread
+    pool, so the server's event loop keeps answering (e.g. /health) meanwhile."""
 
     def reply(start: Callable[..., Any], code: str, body: Any) -> list[bytes]:
-        data = json.dumps(body).encode()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         start(code, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
+
+    def heavy(work: Callable[[], Any]) -> bytes:
+        """``work()`` encoded as JSON, both through ``offload`` (a big answer takes long to encode too)."""
+        return offload(lambda: json.dumps(work()).encode())  # type: ignore[no-any-return]
 
     def app(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/").rstrip("/") or "/"
@@ -56,19 +118,21 @@ def make_app(view: Any) -> Handler:
                     return reply(start, "404 Not Found", {"error": "src/dst are not hosts of the topology"})
                 return reply(start, "200 OK", described)
             if method == "POST" and path == "/paths":
-                size = int(environ.get("CONTENT_LENGTH") or 0)
-                body = json.loads(environ["wsgi.input"].read(size) or b"[]")
-                if not isinstance(body, list):
-                    raise UserError("body must be a JSON list of flows")
-                return reply(start, "200 OK", {"paths": [logic.describe(flow_from_mapping(f)) for f in body]})
+                length = environ.get("CONTENT_LENGTH") or "0"
+                if not length.isascii() or not length.isdigit() or len(length) > 18 or int(length) > max_body_bytes:
+                    raise SchemaError("Content-Length", f"{length[:40]!r} is invalid; 0..{max_body_bytes} bytes")
+                body = environ["wsgi.input"].read(int(length))
+                return reply(start, "200 OK", heavy(lambda: {"paths": [
+                    logic.describe(f) for f in flows_from_body(body, max_body_bytes)]}))
             if method == "GET" and path == "/flows":
-                return reply(start, "200 OK", {"flows": [logic.describe(f) for f in sorted(logic.flows)]})
+                installed = list(logic.flows)  # a snapshot: the switch handlers change the dict meanwhile
+                return reply(start, "200 OK", heavy(lambda: {"flows": [logic.describe(f) for f in sorted(installed)]}))
             if method == "GET" and path.startswith("/hosts/") and path.endswith("/paths"):
                 host = path.split("/")[2]
                 if host not in {h.name for h in logic.topo.hosts}:
                     return reply(start, "404 Not Found", {"error": f"unknown host {host!r}"})
-                flows = [logic.describe(p.flow) for p in logic.flows_of_host(host)]
-                return reply(start, "200 OK", {"host": host, "flows": flows})
+                return reply(start, "200 OK", heavy(
+                    lambda: {"host": host, "flows": [logic.describe(p.flow) for p in logic.flows_of_host(host)]}))
             if method == "GET" and path == "/queues":
                 return reply(start, "200 OK", {"queues": view.queues()})
             return reply(start, "404 Not Found", {"error": f"no endpoint {method} {path}"})

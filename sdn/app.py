@@ -17,7 +17,7 @@ from os_ken.ofproto import ofproto_v1_3
 
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
-from sdn import api, tcmap
+from sdn import api, httpd, tcmap
 from sdn.logic import PathController
 from sdn.ofsend import send
 
@@ -32,6 +32,7 @@ class AppConfig:
     api_sock: Any  # listening socket for the HTTP API (bound before entering the switch netns)
     idle_timeout: int = 60
     poll_interval: float = 1.0
+    api_limits: httpd.Limits = httpd.Limits()
 
 
 class LevellerApp(app_manager.OSKenApp):
@@ -117,9 +118,10 @@ class LevellerApp(app_manager.OSKenApp):
                 LOG.info("DSCP classifier installed on %s", name)
 
     def _serve_api(self) -> None:
-        from eventlet import wsgi
+        from eventlet import tpool  # heavy requests run in OS threads; the API's event loop stays free
 
-        wsgi.server(self.cfg.api_sock, api.make_app(self), log=LOG, log_output=False)
+        limits = self.cfg.api_limits
+        httpd.serve(self.cfg.api_sock, api.make_app(self, tpool.execute, limits.max_body_bytes), limits)
 
     # ---- views for the API -----------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
@@ -19,7 +20,7 @@ from leveller.core.topology import Topology
 
 def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api_port: int,
         of_host: str = "127.0.0.1", of_port: int = 6653, netns: str | None = None,
-        info_file: Path | None = None, idle_timeout: int = 60) -> None:
+        info_file: Path | None = None, idle_timeout: int = 60, api_limits: Any = None) -> None:
     """Run the app until killed."""
     from os_ken.base import app_manager  # first: registers --ofp-* options, monkey-patches
     from os_ken import cfg
@@ -27,7 +28,7 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
     import eventlet
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    sock = eventlet.listen((api_host, api_port))
+    sock = eventlet.listen((api_host, api_port), backlog=1024)  # bursts of clients queue instead of SYN retries
     if netns:
         from pyroute2 import netns as pnetns
 
@@ -36,6 +37,8 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
     from sdn.app import AppConfig
 
     config = AppConfig(topo, level_map, queue_mode, sock, idle_timeout=idle_timeout)
+    if api_limits is not None:
+        config.api_limits = api_limits
     mgr = app_manager.AppManager.get_instance()
     mgr.load_apps(["sdn.app"])
     contexts = mgr.create_contexts()

@@ -5,7 +5,10 @@ shortest paths, picked deterministically from the 5-tuple), programs the level -
 DSCP -> strict-priority queue mapping (OpenFlow set_queue, or a tc classifier on
 every switch egress port for the OVS userspace datapath, which ignores set_queue),
 reinstalls its state when a switch reconnects, and answers path and queue queries
-over HTTP JSON (see sdn/README.md).
+over HTTP JSON (see sdn/README.md). The API bounds what clients can hold: a request's
+headers and its body must each arrive within --api-timeout, bodies over --api-max-body
+are refused (413), and past --api-max-connections the connection idle the longest is
+closed for a new one, so idle or half-open connections cannot lock out /health.
 
   leveller sdn --testbed leveller                 app for a testbed (topology, netns, mode from its state)
   leveller sdn --topology leafspine --queue-mode set_queue --of-port 6653 --api 127.0.0.1:8181
@@ -28,6 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="HOST:PORT of the HTTP API (port 0 = any free port; see RUN_DIR/sdn.json)")
     parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
     parser.add_argument("--idle-timeout", type=int, default=60, help="seconds before an idle flow's rules expire")
+    parser.add_argument("--api-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds a client has for a request's headers, and again for its body (default 10)")
+    parser.add_argument("--api-max-body", type=int, default=4 << 20, metavar="BYTES",
+                        help="largest request body accepted (default 4 MiB, about 40,000 flows in POST /paths)")
+    parser.add_argument("--api-max-connections", type=int, default=512, metavar="N",
+                        help="open API connections at most (default 512; keep it below `ulimit -n`)")
     parser.set_defaults(func=run)
 
 
@@ -40,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
     host, _, port = args.api.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise UserError(f"--api = {args.api!r} is invalid; HOST:PORT, e.g. 127.0.0.1:8181")
+    if not 0 < args.api_timeout <= 3600:
+        raise UserError(f"--api-timeout = {args.api_timeout}: must be in (0, 3600] seconds")
+    if not 1024 <= args.api_max_body <= 1 << 30:
+        raise UserError(f"--api-max-body = {args.api_max_body}: must be 1024..{1 << 30} bytes")
+    if not 2 <= args.api_max_connections <= 100_000:
+        raise UserError(f"--api-max-connections = {args.api_max_connections}: must be 2..100000")
     netns, info_file, of_port = None, None, args.of_port
     if args.testbed:
         from leveller.testbed.cluster import OF_PORT, Testbed
@@ -58,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
         mode = args.queue_mode or "set_queue"
     else:
         raise UserError("give --testbed NAME or --topology (preset or TOML file)")
+    from sdn.httpd import Limits
     from sdn.main import run as run_app
 
     run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_port=of_port, netns=netns,
-            info_file=info_file, idle_timeout=args.idle_timeout)
+            info_file=info_file, idle_timeout=args.idle_timeout,
+            api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections))
     return 0

@@ -6,6 +6,8 @@ import io
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from leveller.core.paths import FlowKey
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
@@ -56,3 +58,69 @@ def test_batch_and_errors():
     assert call(app, "GET", "/hosts/nobody/paths")[0] == 404
     assert call(app, "GET", "/levels")[1] == {"levels": 4, "dscp": [0, 8, 16, 24], "queue": [0, 1, 2, 3]}
     assert call(app, "GET", "/queues")[1] == {"queues": [{"queue": 0}]}
+
+
+# ---- malformed bodies (issue 10, low 11): a 400 naming the field, never a 500 ------------------------------
+
+OK_FLOW = {"src": "10.0.0.1", "dst": "10.0.0.6"}
+
+
+@pytest.mark.parametrize("body,field", [
+    (b"[1]", "body[0]"),
+    (b"[null]", "body[0]"),
+    (b"[true]", "body[0]"),
+    (b"[NaN]", "NaN"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 1e400}]', "body[0].sport"),
+    (b"[" * 100_000, "nested too deeply"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 1.5}]', "body[0].sport"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "dport": -1}]', "body[0].dport"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "proto": true}]', "body[0].proto"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "proto": 256}]', "body[0].proto"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "proto": "sctpx"}]', "body[0].proto"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "sport": ' + b"9" * 5000 + b"}]", "digits"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "colour": 1}]', "body[0].colour"),
+    (b'[{"src": 10, "dst": "10.0.0.6"}]', "body[0].src"),
+    (b'[{"dst": "10.0.0.6"}]', "body[0].src"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.300"}]', "body[0]"),
+    (b'{"src": "10.0.0.1", "dst": "10.0.0.6"}', "body"),
+    (b"\xff[]", "UTF-8"),
+    (json.dumps([OK_FLOW, OK_FLOW, dict(OK_FLOW, sport="80")]).encode(), "body[2].sport"),
+])
+def test_malformed_bodies_are_400_naming_the_field(body: bytes, field: str) -> None:
+    _, _, app = make()
+    status, res = call(app, "POST", "/paths", body=body)
+    assert status == 400 and field in res["error"], res
+
+
+def test_content_length_must_be_a_byte_count() -> None:
+    _, _, app = make()
+    for length in ("1e12", "-1", "12a", "1" * 30):
+        status, res = call_raw(app, "POST", "/paths", b"[]", length)
+        assert status == 400 and "Content-Length" in res["error"], (length, res)
+
+
+def test_heavy_requests_go_through_offload() -> None:
+    topo, logic, _ = make()
+    ran: list[str] = []
+
+    def offload(work):  # type: ignore[no-untyped-def]
+        ran.append("offloaded")
+        return work()
+
+    view = SimpleNamespace(logic=logic, health=lambda: {"ok": True}, queues=lambda: [])
+    app = make_app(view, offload=offload)
+    status, res = call(app, "POST", "/paths", body=json.dumps([OK_FLOW] * 3).encode())
+    assert status == 200 and len(res["paths"]) == 3 and ran == ["offloaded"]
+    assert call(app, "GET", "/flows")[0] == 200 and call(app, "GET", "/hosts/h1/paths")[0] == 200
+    assert call(app, "GET", "/health")[0] == 200 and ran == ["offloaded"] * 3  # /health stays on the loop
+
+
+def call_raw(app, method, path, body, length):  # type: ignore[no-untyped-def]
+    out = {}
+
+    def start(status, headers):  # type: ignore[no-untyped-def]
+        out["status"] = int(status.split()[0])
+
+    data = b"".join(app({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "",
+                         "CONTENT_LENGTH": length, "wsgi.input": io.BytesIO(body)}, start))
+    return out["status"], json.loads(data)

@@ -1,0 +1,185 @@
+"""The HTTP server of the SDN app's API: eventlet's WSGI protocol with limits a public port needs.
+
+eventlet's own ``wsgi.server`` bounds single socket reads only, so a client that
+opens connections and sends nothing (or one byte at a time) holds a green thread
+each, and past the pool size nobody is served. Here:
+
+- the request line and headers must arrive within ``timeout_s`` of the server
+  waiting for them (also between keep-alive requests), else the connection is closed;
+- the body must arrive within ``timeout_s`` after the headers, else 408;
+- a body larger than ``max_body_bytes`` is answered 413 without being read, a
+  Content-Length that is not a plain byte count 400 naming it;
+- at most ``max_connections`` connections are open: a new one evicts the connection
+  idle the longest (waiting for a request), so idle and half-open connections never
+  lock out a real request such as GET /health; only when every connection is busy
+  with a request is the new one answered 503. Out of file descriptors, accepting
+  pauses briefly after evicting an idle connection instead of stopping the server;
+- errors never carry a traceback to the client (it is logged).
+Everything runs in eventlet green threads of one OS thread; the API hands heavy
+work to OS threads itself (sdn.api ``offload``).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import logging
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import eventlet
+from eventlet import greenio, wsgi
+
+LOG = logging.getLogger("leveller.sdn.http")
+_DIGITS = re.compile(r"[0-9]+")
+ERROR_KEY = "leveller.http_error"  # (status line, message) set by the protocol, answered without the app
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 10.0
+    max_body_bytes: int = 4 << 20
+    max_connections: int = 512
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0 or self.max_body_bytes < 1 or self.max_connections < 2:
+            raise ValueError(f"invalid HTTP limits {self}")
+
+
+class _Expired(Exception):
+    """A deadline of the protocol ran out (raised into the waiting green thread by eventlet.Timeout)."""
+
+
+class _Protocol(wsgi.HttpProtocol):
+    """eventlet's HTTP/1.1 protocol with a header deadline and a bounded, deadline-bound body read."""
+
+    limits: Limits = Limits()
+
+    def handle_one_request(self) -> None:
+        self._headers_due = eventlet.Timeout(self.limits.timeout_s, _Expired)
+        try:
+            super().handle_one_request()
+        except _Expired:
+            self.close_connection = 1  # request line or headers too slow: drop the connection
+        finally:
+            self._headers_due.cancel()
+
+    def parse_request(self) -> bool:
+        """The stdlib's header parsing, then Content-Length: ASCII digits (400 naming it) of a size
+        this server accepts (413), answered before any of the body is read."""
+        if not super().parse_request():
+            return False
+        length = self.headers.get("content-length")
+        if length is None:
+            return True
+        if not _DIGITS.fullmatch(length):
+            return self._answer("400 Bad Request", f"Content-Length = {length[:40]!r} is invalid; a number of bytes "
+                                f"0..{self.limits.max_body_bytes}")
+        if len(length) > 18 or int(length) > self.limits.max_body_bytes:
+            return self._answer("413 Content Too Large", f"Content-Length = {length[:40]} bytes; at most "
+                                f"{self.limits.max_body_bytes} are accepted")
+        return True
+
+    def _answer(self, status: str, message: str) -> bool:
+        """Answer a request refused during parsing and close the connection (parse_request's False)."""
+        data = json.dumps({"error": message}).encode()
+        self.wfile.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                         "Connection: close\r\n\r\n".encode() + data)
+        self.wfile.flush()
+        self.close_connection = 1
+        return False
+
+    def get_environ(self) -> dict[str, Any]:
+        """Called once the headers are in: stop their clock, then read the body here, bounded."""
+        self._headers_due.cancel()
+        env = super().get_environ()
+        length = self.headers.get("content-length")
+        chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        if length is None and not chunked:
+            return env
+        try:
+            with eventlet.Timeout(self.limits.timeout_s, _Expired):
+                body = env["wsgi.input"].read(self.limits.max_body_bytes + 1)
+        except _Expired:
+            return self._refuse(env, "408 Request Timeout", f"body not received within {self.limits.timeout_s:g} s")
+        except (OSError, ValueError) as exc:  # client went away, or broken chunked encoding
+            return self._refuse(env, "400 Bad Request", f"body could not be read: {exc}")
+        if len(body) > self.limits.max_body_bytes:
+            return self._refuse(env, "413 Content Too Large",
+                                f"body over {self.limits.max_body_bytes} bytes; at most that is accepted")
+        env["wsgi.input"], env["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        return env
+
+    def _refuse(self, env: dict[str, Any], status: str, message: str) -> dict[str, Any]:
+        self.close_connection = 1  # the unread rest of the body must not be parsed as a next request
+        env[ERROR_KEY] = (status, message)
+        return env
+
+
+def _guard(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """Answer what the protocol refused; turn any exception of the app into a bare 500 (logged)."""
+
+    def reply(start: Callable[..., Any], status: str, message: str) -> list[bytes]:
+        data = json.dumps({"error": message}).encode()
+        start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        return [data]
+
+    def guarded(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        if ERROR_KEY in environ:
+            return reply(start, *environ[ERROR_KEY])
+        try:
+            return list(app(environ, start))
+        except Exception:
+            LOG.exception("API request %s %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+            return reply(start, "500 Internal Server Error", "internal error (logged by the SDN app)")
+
+    return guarded
+
+
+def serve(sock: socket.socket, app: Callable[..., Iterable[bytes]], limits: Limits = Limits(),
+          log: logging.Logger = LOG) -> None:
+    """Serve ``app`` on the listening ``sock`` (an eventlet green socket) forever."""
+    protocol = type("Protocol", (_Protocol,), {"limits": limits})
+    server = wsgi.Server(sock, sock.getsockname(), _guard(app), log=log, protocol=protocol, keepalive=limits.timeout_s,
+                         socket_timeout=limits.timeout_s, debug=False, log_output=False)
+    pool = eventlet.GreenPool(limits.max_connections + 1)
+    open_conns: dict[Any, list[Any]] = {}  # client address -> eventlet's [address, socket, state], oldest first
+
+    def closed(_: Any, conn: list[Any]) -> None:
+        open_conns.pop(conn[0], None)
+        conn[2] = wsgi.STATE_CLOSE
+        greenio.shutdown_safe(conn[1])
+        conn[1].close()
+
+    def evict_idle() -> bool:
+        for conn in open_conns.values():
+            if conn[2] == wsgi.STATE_IDLE:
+                conn[2] = wsgi.STATE_CLOSE
+                greenio.shutdown_safe(conn[1])  # its green thread reads EOF and ends
+                open_conns.pop(conn[0], None)
+                return True
+        return False
+
+    while True:
+        try:
+            client, address = sock.accept()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                log.warning("accept: %s; closing an idle connection", exc.strerror)
+                evict_idle()
+                eventlet.sleep(0.05)
+            continue  # ECONNABORTED and the like concern one client only
+        if len(open_conns) >= limits.max_connections and not evict_idle():
+            try:
+                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                pass
+            client.close()
+            continue
+        client.settimeout(limits.timeout_s)
+        conn = [address, client, wsgi.STATE_IDLE]
+        open_conns[address] = conn
+        pool.spawn(server.process_request, conn).link(closed, conn)

@@ -1,0 +1,157 @@
+"""A live `leveller sdn` process's HTTP API under abuse (issue 10, medium 10 and low 11).
+
+- 1,100 idle (half-open) connections do not block GET /health;
+- a client that sends its headers or its body too slowly is cut off after --api-timeout
+  (headers: connection closed; body: 408);
+- a body over the limit is refused 413 before it is read; a malformed Content-Length is a 400
+  naming it;
+- heavy work (a ~3.8 MB POST /paths) runs off the event loop: /health answers meanwhile;
+- every malformed body is a 400 naming the field, never a 500 or a traceback.
+No switch connects (none is needed for the API) and nothing is privileged: one process on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from .support import free_port, leveller_proc, wait_until
+
+TIMEOUT_S = 2.0  # --api-timeout of the app under test
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """Port of the API of a running `leveller sdn --topology leafspine`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096 <= hard or soft < hard < 4096:  # room for 1,100 client sockets here and in the app
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    port, of_port = free_port(), free_port()
+    out = tmp_path_factory.mktemp("sdn") / "sdn.out"
+    with leveller_proc(out, "sdn", "--topology", "leafspine", "--queue-mode", "set_queue", "--api",
+                       f"127.0.0.1:{port}", "--of-port", str(of_port), "--api-timeout", str(TIMEOUT_S)) as proc:
+        wait_until(lambda: _health(port, 2) is not None, 60, lambda: f"the SDN app's API: {proc.output()}")
+        yield port
+        assert proc.alive(), proc.output()
+        proc.p.terminate()  # `leveller sdn` has no state to clean up here (no switch); SIGTERM ends it at once
+        proc.p.wait(10)
+        assert "Traceback" not in proc.output() or "API request" in proc.output()
+
+
+def _health(port: int, timeout_s: float) -> Any:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout_s) as r:
+            return json.loads(r.read())
+    except OSError:
+        return None
+
+
+def _post(port: int, body: bytes, timeout_s: float = 30) -> tuple[int, Any]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/paths", data=body, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _raw(port: int, request: bytes, wait_s: float = 20) -> tuple[bytes, float]:
+    """Send raw bytes, read until the server closes (or ``wait_s``); the answer and how long it took."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(request)
+        s.settimeout(wait_s)
+        started, data = time.monotonic(), b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+        except socket.timeout:
+            pass
+        return data, time.monotonic() - started
+
+
+def test_idle_connections_do_not_block_health(api: int) -> None:
+    started = time.monotonic()
+    idle = [socket.create_connection(("127.0.0.1", api)) for _ in range(1100)]
+    try:
+        assert time.monotonic() - started < TIMEOUT_S, "opening took too long to have them all idle at once"
+        health = _health(api, 10)  # main: waited for the idle connections forever
+        assert health is not None and health["queue_mode"] == "set_queue"
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_slow_headers_are_cut_off_and_slow_bodies_get_408(api: int) -> None:
+    data, took = _raw(api, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # headers never finished
+    assert data == b"" and took < TIMEOUT_S + 8, (data, took)
+    data, took = _raw(api, b"POST /paths HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n[")  # 99 bytes missing
+    assert data.startswith(b"HTTP/1.1 408") and b"body not received within 2 s" in data, data
+    assert took < TIMEOUT_S + 8
+
+
+def test_oversize_and_malformed_content_length(api: int) -> None:
+    data, _ = _raw(api, b"POST /paths HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n\r\n[")
+    assert data.startswith(b"HTTP/1.1 413") and b"at most 4194304" in data, data
+    data, _ = _raw(api, b"POST /paths HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n[]")
+    assert data.startswith(b"HTTP/1.1 413"), data
+    data, _ = _raw(api, b"POST /paths HTTP/1.1\r\nHost: x\r\nContent-Length: 1e12\r\n\r\n[]")
+    assert data.startswith(b"HTTP/1.1 400") and b"Content-Length" in data, data
+
+
+def test_heavy_request_runs_off_the_event_loop(api: int) -> None:
+    flows = [{"src": f"10.0.0.{1 + i % 6}", "dst": f"10.0.0.{1 + (i // 6) % 6}", "sport": i, "dport": 80}
+             for i in range(45_000)]
+    body = json.dumps(flows).encode()
+    assert len(body) < 4 << 20
+    result: dict[str, Any] = {}
+
+    def post() -> None:
+        result["answer"] = _post(api, body, timeout_s=120)
+        result["at"] = time.monotonic()
+
+    worker = threading.Thread(target=post)
+    started = time.monotonic()
+    worker.start()
+    answered: list[float] = []
+    while worker.is_alive():
+        if _health(api, 60) is not None:
+            answered.append(time.monotonic())
+        time.sleep(0.05)
+    worker.join()
+    status, res = result["answer"]
+    assert status == 200 and len(res["paths"]) == 45_000 and res["paths"][1]["src_host"] == "h2"
+    # /health kept being served all along: no gap between answers took half of the big request's time
+    # (main: the event loop was busy with the flows for ~80% of it, one /health waiting all that time)
+    times = [started] + answered + [result["at"]]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps) < 0.5 * (result["at"] - started), [round(t - started, 2) for t in times]
+
+
+@pytest.mark.parametrize("body,field", [
+    (b"[1]", "body[0]"), (b"[null]", "body[0]"), (b"[true]", "body[0]"), (b"[NaN]", "NaN"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 1e400}]', "body[0].sport"),
+    (b"[" * 100_000, "nested too deeply"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 1.5}]', "body[0].sport"),
+    (b'[{"src": "10.0.0.1", "dst": "10.0.0.6", "proto": true}]', "body[0].proto"),
+])
+def test_malformed_bodies_are_400_naming_the_field(api: int, body: bytes, field: str) -> None:
+    status, res = _post(api, body)
+    assert status == 400 and field in res["error"] and "Traceback" not in res["error"], res
+
+
+def test_client_sends_big_batches_in_chunks_under_the_limit(api: int) -> None:
+    from sdn.client import SdnClient
+
+    flows = [{"src": "10.0.0.1", "dst": f"10.0.0.{2 + i % 5}", "sport": i, "dport": 80, "proto": 6}
+             for i in range(2500)]
+    paths = SdnClient(f"http://127.0.0.1:{api}").paths(flows, batch=1000)  # 3 requests
+    assert [p["flow"] for p in paths] == flows  # all answered, in order
