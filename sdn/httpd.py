@@ -36,6 +36,7 @@ from eventlet import greenio, wsgi
 LOG = logging.getLogger("leveller.sdn.http")
 _DIGITS = re.compile(r"[0-9]+")
 ERROR_KEY = "leveller.http_error"  # (status line, message) set by the protocol, answered without the app
+LINGER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class _Protocol(wsgi.HttpProtocol):
     """eventlet's HTTP/1.1 protocol with a header deadline and a bounded, deadline-bound body read."""
 
     limits: Limits = Limits()
+    _refused = False  # an error was answered before the body was read: linger before closing
+
+    def finish(self) -> None:
+        if self._refused:
+            try:
+                self.wfile.flush()
+            except OSError:
+                pass
+            _linger(self.connection)
+        super().finish()
 
     def handle_one_request(self) -> None:
         self._headers_due = eventlet.Timeout(self.limits.timeout_s, _Expired)
@@ -89,7 +100,7 @@ class _Protocol(wsgi.HttpProtocol):
         self.wfile.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
                          "Connection: close\r\n\r\n".encode() + data)
         self.wfile.flush()
-        self.close_connection = 1
+        self.close_connection = self._refused = True
         return False
 
     def get_environ(self) -> dict[str, Any]:
@@ -114,7 +125,7 @@ class _Protocol(wsgi.HttpProtocol):
         return env
 
     def _refuse(self, env: dict[str, Any], status: str, message: str) -> dict[str, Any]:
-        self.close_connection = 1  # the unread rest of the body must not be parsed as a next request
+        self.close_connection = self._refused = True  # the unread rest of the body is no next request
         env[ERROR_KEY] = (status, message)
         return env
 
@@ -137,6 +148,33 @@ def _guard(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]
             return reply(start, "500 Internal Server Error", "internal error (logged by the SDN app)")
 
     return guarded
+
+
+def _linger(conn: socket.socket, seconds: float = LINGER_S) -> None:
+    """End our side, then read and drop what the client still sends for up to ``seconds``: closing
+    with unread data makes the kernel reset the connection, and the client would see the reset
+    instead of the error answer just written."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        with eventlet.Timeout(seconds, False):
+            while conn.recv(65536):
+                pass
+    except OSError:
+        pass
+
+
+def _shed(client: socket.socket) -> None:
+    """Answer 503 to a connection there is no room for."""
+    try:
+        client.settimeout(LINGER_S)
+        body = b'{"error": "every API connection is busy; retry"}'
+        client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        _linger(client)
+    except OSError:
+        pass
+    finally:
+        client.close()
 
 
 def serve(sock: socket.socket, app: Callable[..., Iterable[bytes]], limits: Limits = Limits(),
@@ -173,11 +211,7 @@ def serve(sock: socket.socket, app: Callable[..., Iterable[bytes]], limits: Limi
                 eventlet.sleep(0.05)
             continue  # ECONNABORTED and the like concern one client only
         if len(open_conns) >= limits.max_connections and not evict_idle():
-            try:
-                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-            except OSError:
-                pass
-            client.close()
+            eventlet.spawn(_shed, client)
             continue
         client.settimeout(limits.timeout_s)
         conn = [address, client, wsgi.STATE_IDLE]

@@ -105,6 +105,8 @@ def test_oversize_and_malformed_content_length(api: int) -> None:
     assert data.startswith(b"HTTP/1.1 413"), data
     data, _ = _raw(api, b"POST /paths HTTP/1.1\r\nHost: x\r\nContent-Length: 1e12\r\n\r\n[]")
     assert data.startswith(b"HTTP/1.1 400") and b"Content-Length" in data, data
+    status, res = _post(api, b"[" + b" " * (5 << 20) + b"]")  # a client that sends it all before reading
+    assert status == 413 and "at most 4194304" in res["error"], res
 
 
 def test_heavy_request_runs_off_the_event_loop(api: int) -> None:
@@ -155,3 +157,30 @@ def test_client_sends_big_batches_in_chunks_under_the_limit(api: int) -> None:
              for i in range(2500)]
     paths = SdnClient(f"http://127.0.0.1:{api}").paths(flows, batch=1000)  # 3 requests
     assert [p["flow"] for p in paths] == flows  # all answered, in order
+
+
+def test_connection_limit_evicts_idle_connections_and_sheds_only_when_all_are_busy(tmp_path: Path) -> None:
+    """With room for 4 connections: 4 idle ones are evicted for /health; 4 mid-request ones are not
+    (the 5th connection is answered 503) until their header deadline closes them."""
+    port, of_port = free_port(), free_port()
+    with leveller_proc(tmp_path / "sdn.out", "sdn", "--topology", "dumbbell", "--api", f"127.0.0.1:{port}",
+                       "--of-port", str(of_port), "--api-timeout", str(TIMEOUT_S), "--api-max-connections",
+                       "4") as proc:
+        wait_until(lambda: _health(port, 2) is not None, 60, lambda: f"the SDN app's API: {proc.output()}")
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        assert _health(port, 10) is not None  # one idle connection was closed to make room
+        for s in idle:
+            s.close()
+        busy = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        for s in busy:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # request started, headers unfinished
+        time.sleep(0.3)  # let the app read the request lines (the connections turn busy)
+        data, _ = _raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 503"), data
+        for s in busy:
+            s.settimeout(TIMEOUT_S + 8)
+            assert s.recv(100) == b""  # closed at the header deadline
+            s.close()
+        assert _health(port, 10) is not None
+        proc.p.terminate()
+        proc.p.wait(10)
