@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("leveller.commands.agent", "run the host agent (rate tracker, flow table, DSCP marking)"),
     "status": ("leveller.commands.status", "show jobs, R, levels and flows from a running controller"),
     "job": ("leveller.commands.job", "run the training-job emulator"),
+    "switch-config": ("leveller.commands.switch_config", "print switch QoS configuration (SONiC, EOS, OVS) for K levels"),
 }
 
 

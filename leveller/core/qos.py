@@ -83,14 +83,21 @@ class QueueConfig:
     queue: int
     htb_priority: int
     min_rate_bps: int
-    max_rate_bps: int
+    max_rate_bps: int | None  # None: the port's own rate (OVS: link rate of a physical port)
 
 
-def queue_configs(levels: int, rate_mbps: float) -> list[QueueConfig]:
-    """Strict-priority HTB queues for one egress port of `rate_mbps`."""
-    max_bps = int(rate_mbps * 1e6)
-    min_bps = max(12_000, max_bps // 1000)
+def queue_configs(levels: int, rate_mbps: float | None) -> list[QueueConfig]:
+    """Strict-priority HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given)."""
+    max_bps = None if rate_mbps is None else int(rate_mbps * 1e6)
+    min_bps = max(12_000, (max_bps or 0) // 1000)
     return [QueueConfig(q, levels - 1 - q, min_bps, max_bps) for q in range(levels)]
+
+
+def dscp_levels(level_map: LevelMap) -> tuple[int, ...]:
+    """Level of every DSCP value 0..63: a level's own DSCP gives that level, every other value
+    (unmarked traffic included) the lowest level 0, as `LevelMap.queue_for_dscp` does."""
+    level_of = {d: level for level, d in enumerate(level_map.dscp)}
+    return tuple(level_of.get(d, 0) for d in range(64))
 
 
 def htb_classid(queue: int) -> str:

@@ -100,9 +100,10 @@ class Testbed:
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
     def up(cls, topo: Topology, name: str, run_dir: Path | str | None = None,
-           datapath_type: str | None = None, progress: Progress = _quiet) -> "Testbed":
+           datapath_type: str | None = None, progress: Progress = _quiet, qos: bool = True) -> "Testbed":
         """Build the testbed; if it is already up with the same topology, repair and reuse it
-        (restart dead OVS daemons). Anything half-built is removed on failure."""
+        (restart dead OVS daemons). Anything half-built is removed on failure. `qos=False`
+        leaves the switch ports without queues (to configure them from outside)."""
         tb = cls(name, run_dir)
         existing = load_state(tb.run_dir)
         if existing is not None:
@@ -131,7 +132,7 @@ class Testbed:
                       controller=f"tcp:127.0.0.1:{OF_PORT}")
         state.save()
         try:
-            _build(tb, state, topo, progress)
+            _build(tb, state, topo, progress, qos)
         except BaseException:
             progress("build failed: removing what was created")
             tb.down()
@@ -223,7 +224,7 @@ def _ns_exec(ns: str, *argv: str) -> None:
     run(["ip", "netns", "exec", ns, *argv])
 
 
-def _build(tb: Testbed, state: State, topo: Topology, progress: Progress) -> None:
+def _build(tb: Testbed, state: State, topo: Topology, progress: Progress, qos: bool = True) -> None:
     from pyroute2 import NetNS
     from pyroute2 import netns as pnetns
 
@@ -289,7 +290,7 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress) -> Non
     ovs.start_vswitchd()
     for s in topo.switches:
         progress(f"configuring switch {s.name}")
-        ports = [(port_name(s.name, port), port, queue_configs(topo.levels, rate))
+        ports = [(port_name(s.name, port), port, queue_configs(topo.levels, rate) if qos else [])
                  for port, _, rate in topo.switch_ports(s.name)]
         ovs.vsctl(*bridge_commands(s.name, s.dpid, state.datapath_type, state.controller, ports), timeout=60)
     state.phase = "up"

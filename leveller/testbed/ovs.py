@@ -18,6 +18,7 @@ from pathlib import Path
 
 from leveller.core.qos import QueueConfig
 from leveller.errors import UserError
+from leveller.switchconfig.ovs import port_qos_args
 
 SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")
@@ -150,21 +151,16 @@ class OvsInstance:
 def bridge_commands(bridge: str, dpid: int, datapath_type: str, controller: str,
                     ports: list[tuple[str, int, list[QueueConfig]]]) -> list[str]:
     """ovs-vsctl arguments (one transaction) for a bridge, its numbered ports and
-    strict-priority linux-htb queues on every port. `ports` = (name, ofport, queues)."""
+    strict-priority linux-htb queues on every port (`leveller switch-config --vendor ovs`
+    renders the same QoS rows). `ports` = (name, ofport, queues); no queues: no QoS."""
     args = ["--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
             f"datapath_type={datapath_type}", "protocols=OpenFlow13", "fail_mode=secure",
             f"other-config:datapath-id={dpid:016x}", "other-config:disable-in-band=true",
             "--", "--id=@ctl", "create", "Controller", f"target=\"{controller}\"", "max_backoff=1000",
             "--", "set", "bridge", bridge, "controller=@ctl"]
-    for name, ofport, queues in ports:
-        qid = f"@q_{name.replace('-', '_')}"
+    for i, (name, ofport, queues) in enumerate(ports):
         args += ["--", "--may-exist", "add-port", bridge, name, "--", "set", "Interface", name,
-                 f"ofport_request={ofport}",
-                 "--", "set", "Port", name, f"qos={qid}",
-                 "--", f"--id={qid}", "create", "QoS", "type=linux-htb",
-                 f"other-config:max-rate={queues[0].max_rate_bps}"]
-        args += [f"queues:{q.queue}={qid}_{q.queue}" for q in queues]
-        for q in queues:
-            args += ["--", f"--id={qid}_{q.queue}", "create", "Queue", f"other-config:min-rate={q.min_rate_bps}",
-                     f"other-config:max-rate={q.max_rate_bps}", f"other-config:priority={q.htb_priority}"]
+                 f"ofport_request={ofport}"]
+        if queues:
+            args += port_qos_args(name, queues, f"qos{i}")
     return args

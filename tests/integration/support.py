@@ -131,3 +131,43 @@ def send_report(address: str, body: bytes, secret: bytes | None,
         except grpc.RpcError as exc:
             return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
     return grpc.StatusCode.OK, ""
+
+
+def wait_connected(client: Any, timeout: float = 20.0) -> None:
+    """Wait until the SDN app (an sdn.client.SdnClient) reports every switch connected."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if all(client.health()["switches"].values()):
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"switches did not connect: {client.health()}")
+
+
+def run_pair(tb: Any, tos_a: int, tos_b: int, seconds: int = 8, window: tuple[float, float] = (2.0, 8.0),
+             during: Callable[[], None] | None = None) -> list[float]:
+    """On a dumbbell testbed: iperf3 flow A h1->h3 and flow B h2->h4 at the same time, with IP_TOS
+    ``tos_a`` / ``tos_b``; receiver Mbit/s of each over ``window`` seconds of the run."""
+    from leveller.testbed.traffic import iperf_client, iperf_server, received_mbps
+
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        servers = [iperf_server(tb, "h3", 5301), iperf_server(tb, "h4", 5302)]
+        procs += servers
+        time.sleep(0.5)
+        clients = [iperf_client(tb, "h1", "10.0.0.3", 5301, seconds, tos_a),
+                   iperf_client(tb, "h2", "10.0.0.4", 5302, seconds, tos_b)]
+        procs += clients
+        if during:
+            during()
+        outs = [p.communicate(timeout=seconds + 30) for p in clients + servers]
+        for p, (out, err) in zip(clients + servers, outs):
+            assert p.returncode == 0, err or out[-500:]
+        return [received_mbps(out, *window) for out, _ in outs[2:]]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()

@@ -16,26 +16,14 @@ import pytest
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
-from leveller.testbed.traffic import iperf_client, iperf_server, received_mbps
 from sdn.client import SdnClient
+from .support import run_pair, wait_connected
 
 pytestmark = pytest.mark.privileged
 BOTTLENECK = 50.0
 LEVELS = default_level_map(4)
 TOP = LEVELS.dscp_for_level(3) << 2
 BOTTOM = LEVELS.dscp_for_level(0) << 2
-
-
-def wait_connected(client: SdnClient, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if all(client.health()["switches"].values()):
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"switches did not connect: {client.health()}")
 
 
 @pytest.fixture
@@ -49,29 +37,6 @@ def dumbbell(tmp_path):
         yield tb, client
     finally:
         tb.down()
-
-
-def run_pair(tb, tos_a: int, tos_b: int, seconds: int = 8, window=(2.0, 8.0), during=None):
-    """Flow A h1->h3 and flow B h2->h4 at the same time; receiver Mbit/s over `window`."""
-    procs = []
-    try:
-        servers = [iperf_server(tb, "h3", 5301), iperf_server(tb, "h4", 5302)]
-        procs += servers
-        time.sleep(0.5)
-        clients = [iperf_client(tb, "h1", "10.0.0.3", 5301, seconds, tos_a),
-                   iperf_client(tb, "h2", "10.0.0.4", 5302, seconds, tos_b)]
-        procs += clients
-        if during:
-            during()
-        outs = [p.communicate(timeout=seconds + 30) for p in clients + servers]
-        for p, (out, err) in zip(clients + servers, outs):
-            assert p.returncode == 0, err or out[-500:]
-        return [received_mbps(out, *window) for out, _ in outs[2:]]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
 
 
 def test_top_level_flow_takes_the_bottleneck(dumbbell):

@@ -1,0 +1,7 @@
+"""Switch configuration rendered from the level -> DSCP -> queue map of `leveller.core.qos`.
+
+PURE (data in, text/data out): one module per vendor, all fed by the same `LevelMap`
+the SDN app and the agents use, so switch queues and host DSCP marks cannot disagree.
+Traffic class = level: DSCP of level L -> traffic class L -> the level's queue; every
+DSCP value no level uses (unmarked traffic included) -> traffic class 0, the lowest.
+"""

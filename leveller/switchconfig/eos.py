@@ -1,0 +1,62 @@
+"""Arista EOS configuration for K strict-priority levels.
+
+Syntax follows the EOS Quality of Service chapter (arista.com/um-eos, "Quality of
+Service") as rendered by Arista's own AVD (eos_cli_config_gen: `qos map dscp ... to
+traffic-class N`, `qos map traffic-class N to tx-queue M`, `qos profile` with
+`qos trust dscp` and per `tx-queue` `priority strict`, applied with `service-profile`):
+- every DSCP value 0..63 is mapped explicitly, so none is left to the platform's default
+  map: values no level uses go to traffic class 0 together with level 0's own DSCP;
+- traffic class L -> the level's tx-queue; every used tx-queue is `priority strict`
+  (among strict-priority tx-queues the higher number is served first, so level K-1 wins);
+- at most 7 levels: traffic class 7 / tx-queue 7 carry the switch's control-plane
+  traffic (fixed on Sand platforms).
+Apply in configuration mode (`configure`, paste) and check with
+`show qos maps` and `show qos interfaces EthernetN`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from leveller.core.errors import UserError
+from leveller.core.qos import LevelMap, dscp_levels
+
+PROFILE = "LEVELLER"
+MAX_LEVELS = 7
+DEFAULT_PORTS = ("Ethernet1",)
+_PORT = re.compile(r"Ethernet[0-9]{1,3}(/[0-9]{1,3}){0,2}|Port-Channel[0-9]{1,6}")
+
+
+def check_port(name: str) -> str:
+    """An EOS interface that takes a service-profile: EthernetN[/M[/P]] or Port-ChannelN."""
+    if not _PORT.fullmatch(name):
+        raise UserError(f"--ports {name!r}: not an EOS interface name; EthernetN, EthernetN/M[/P] or "
+                        "Port-ChannelN, e.g. Ethernet1,Ethernet2/1")
+    return name
+
+
+def render(level_map: LevelMap, ports: tuple[str, ...]) -> list[str]:
+    """Configuration lines (EOS running-config layout, `!` comments)."""
+    k = level_map.levels
+    if k > MAX_LEVELS:
+        raise UserError(f"--levels {k}: EOS keeps traffic class 7 / tx-queue 7 for control-plane traffic; "
+                        f"at most {MAX_LEVELS} levels with --vendor eos")
+    levels = dscp_levels(level_map)
+    lines = [f"! LEVELLER: {k} strict-priority levels (leveller switch-config --vendor eos --levels {k})",
+             "! level -> DSCP -> traffic-class -> tx-queue, from leveller.core.qos (the SDN app's map):"]
+    for level in reversed(range(k)):
+        tag = " (highest)" if level == k - 1 else " (lowest)" if level == 0 else ""
+        lines.append(f"!   level {level}{tag}: DSCP {level_map.dscp[level]} -> traffic-class {level} "
+                     f"-> tx-queue {level_map.queue[level]}")
+    lines.append("! every other DSCP value (unmarked traffic included) -> traffic-class 0, the lowest")
+    for level in range(k):
+        values = " ".join(str(d) for d in range(64) if levels[d] == level)
+        lines.append(f"qos map dscp {values} to traffic-class {level}")
+    for level in range(k):
+        lines.append(f"qos map traffic-class {level} to tx-queue {level_map.queue[level]}")
+    lines += ["!", f"qos profile {PROFILE}", "   qos trust dscp"]
+    for q in sorted(set(level_map.queue)):
+        lines += ["   !", f"   tx-queue {q}", "      priority strict"]
+    for port in ports:
+        lines += ["!", f"interface {port}", f"   service-profile {PROFILE}"]
+    return lines

@@ -1,0 +1,53 @@
+"""SONiC config_db tables for K strict-priority levels.
+
+Follows the SONiC Configuration Database Manual (sonic-buildimage,
+src/sonic-yang-models/doc/Configuration.md: DSCP_TO_TC_MAP, TC to Queue map,
+Scheduler, Port QoS Map, Queue) and the YANG models beside it (sonic-dscp-tc-map,
+sonic-tc-queue-map, sonic-scheduler, sonic-queue, sonic-port-qos-map):
+- DSCP_TO_TC_MAP|LEVELLER lists all 64 DSCP values exactly once (strings, as config_db
+  stores them); values no level uses go to traffic class 0 (level 0, the lowest).
+- TC_TO_QUEUE_MAP|LEVELLER: traffic class L -> the level's queue.
+- SCHEDULER|LEVELLER_STRICT: {"type": "STRICT"} only. The YANG model also has a
+  `priority` leaf, but orchagent's qosorch ignores or rejects it, so it is left out:
+  among STRICT queues the higher queue index is served first (SAI strict priority),
+  and level K-1 sits on the highest queue.
+- QUEUE|<port>|<q>: every queue a level uses gets that scheduler.
+- PORT_QOS_MAP|<port>: binds both maps; one entry per port (the YANG key is one
+  interface name; the manual's comma-joined keys are an older form).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from leveller.core.errors import UserError
+from leveller.core.qos import LevelMap, dscp_levels
+
+MAP_NAME = "LEVELLER"
+SCHEDULER_NAME = "LEVELLER_STRICT"
+MAX_LEVELS = 8  # traffic classes / queues 0..7 on every SONiC ASIC
+DEFAULT_PORTS = ("Ethernet0",)
+_PORT = re.compile(r"Ethernet[0-9]{1,4}")
+
+
+def check_port(name: str) -> str:
+    """A SONiC front-panel port name (PORT table key): EthernetN."""
+    if not _PORT.fullmatch(name):
+        raise UserError(f"--ports {name!r}: not a SONiC port name; EthernetN as in the PORT table, "
+                        "e.g. Ethernet0,Ethernet4")
+    return name
+
+
+def render(level_map: LevelMap, ports: tuple[str, ...]) -> dict[str, Any]:
+    """The five tables, ready to merge into config_db.json (keys and values are strings)."""
+    if level_map.levels > MAX_LEVELS:
+        raise UserError(f"--levels {level_map.levels}: SONiC has traffic classes 0..7; at most {MAX_LEVELS}")
+    queues = sorted(set(level_map.queue))
+    return {
+        "DSCP_TO_TC_MAP": {MAP_NAME: {str(d): str(level) for d, level in enumerate(dscp_levels(level_map))}},
+        "TC_TO_QUEUE_MAP": {MAP_NAME: {str(level): str(q) for level, q in enumerate(level_map.queue)}},
+        "SCHEDULER": {SCHEDULER_NAME: {"type": "STRICT"}},
+        "QUEUE": {f"{p}|{q}": {"scheduler": SCHEDULER_NAME} for p in ports for q in queues},
+        "PORT_QOS_MAP": {p: {"dscp_to_tc_map": MAP_NAME, "tc_to_queue_map": MAP_NAME} for p in ports},
+    }

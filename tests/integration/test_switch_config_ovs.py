@@ -1,0 +1,92 @@
+"""`leveller switch-config --vendor ovs` applied to a testbed switch that has no queues yet gives
+strict priority: real OVS (userspace datapath), real TCP, the SDN app only forwarding.
+
+The testbed emulates link rates with the queues' ceiling, so port s1-p1 starts as a plain
+fast veth port where a DSCP-marked and an unmarked flow get similar shares. After running the
+rendered script (ovs-vsctl QoS rows with a 50 Mbit/s ceiling + tc classifiers) on the switch,
+the flow marked with the top level's DSCP takes nearly all of the 50 Mbit/s, whichever host
+sends it.
+The app runs with --queue-mode set_queue, whose flows the userspace datapath ignores, so the
+rendered script is the only thing that maps DSCP to queues here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from leveller.core.qos import default_level_map
+from leveller.core.topology import preset
+from leveller.testbed.cluster import Testbed
+from sdn.client import SdnClient
+
+from .support import run_pair, wait_connected
+
+pytestmark = pytest.mark.privileged
+BOTTLENECK = 50.0
+LEVELS = default_level_map(4)
+TOP = LEVELS.dscp_for_level(3) << 2
+BOTTOM = LEVELS.dscp_for_level(0) << 2
+
+
+@pytest.fixture
+def bare_dumbbell(tmp_path):
+    tb = Testbed.up(preset("dumbbell", {"bottleneck_mbps": BOTTLENECK}), "c" + uuid.uuid4().hex[:8],
+                    tmp_path / "run", qos=False)
+    try:
+        tb.start_sdn(extra=["--queue-mode", "set_queue"])
+        wait_connected(SdnClient.for_run_dir(tb.run_dir))
+        yield tb
+    finally:
+        tb.down()
+
+
+def switch_netns_run(tb: Testbed, argv: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    """Run in the switch namespace against the testbed's own OVS (OVS_RUNDIR -> its db.sock)."""
+    return subprocess.run(["ip", "netns", "exec", tb.state.switch_netns, *argv], env=tb.ovs.env,
+                          capture_output=True, text=True, timeout=60, **kw)
+
+
+def switch_config(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "leveller.cli", "switch-config", "--vendor", "ovs", "--levels",
+                           str(LEVELS.levels), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_rendered_ovs_config_gives_strict_priority(bare_dumbbell):
+    tb = bare_dumbbell
+    port = "s1-p1"  # s1's port to s2, shared by h1->h3 and h2->h4
+    assert "htb" not in switch_netns_run(tb, ["tc", "qdisc", "show", "dev", port]).stdout
+
+    a, b = run_pair(tb, TOP, BOTTOM)
+    print(f"no queues yet: A (top DSCP) {a:.1f} B (unmarked) {b:.1f} Mbit/s")
+    assert b > 0.2 * (a + b)  # the mark alone gives no priority: the unmarked flow keeps a real share
+
+    # the set_queue rendering's flows replace s1's table 0 (the app's own): real ovs-ofctl must accept
+    # them, and forwarding below goes through their goto_table:1 (the datapath ignores set_queue)
+    rendered = json.loads(switch_config("--ports", port, "--queue-mode", "set_queue", "--bridge", "s1", "--json"))
+    assert switch_netns_run(tb, ["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "s1", "table=0"]).returncode == 0
+    for cmd in rendered["commands"]:
+        if cmd["argv"][0] == "ovs-ofctl":
+            done = switch_netns_run(tb, cmd["argv"])
+            assert done.returncode == 0, done.stderr
+    table0 = switch_netns_run(tb, ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "s1", "table=0"]).stdout
+    assert sorted(re.findall(r"nw_tos=(\d+) actions=set_queue:(\d)", table0)) == \
+        sorted((str(d << 2), str(q)) for d, q in zip(LEVELS.dscp, LEVELS.queue))
+
+    script = switch_config("--ports", port, "--rate-mbps", str(BOTTLENECK), "--queue-mode", "tc")
+    applied = switch_netns_run(tb, ["sh", "-c", script])
+    assert applied.returncode == 0, applied.stderr
+    assert switch_netns_run(tb, ["tc", "filter", "show", "dev", port, "parent", "1:"]).stdout.count("flowid") \
+        == LEVELS.levels
+
+    a, b = run_pair(tb, TOP, BOTTOM)
+    print(f"rendered config applied: A top {a:.1f} B bottom {b:.1f} Mbit/s")
+    assert a >= 0.85 * BOTTLENECK and b < 0.15 * BOTTLENECK
+    a, b = run_pair(tb, BOTTOM, TOP)
+    print(f"marks swapped: A bottom {a:.1f} B top {b:.1f} Mbit/s")
+    assert b >= 0.85 * BOTTLENECK and a < 0.15 * BOTTLENECK
