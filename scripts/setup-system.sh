@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what LEVELLER needs from the system, idempotently:
-#  - Debian packages (bcc, OVS, iperf3, ...) when missing;
+#  - Debian packages (bcc, OVS, iperf3, Prometheus + promtool, ...) when missing;
 #  - a kernel headers link for bcc when the running kernel has none.
 # A machine that already has everything is left untouched.
 set -euo pipefail
@@ -9,6 +9,7 @@ PACKAGES=(
   python3-bpfcc libbpfcc libbpf-dev clang bpftool
   openvswitch-switch iperf3 ethtool iproute2 iptables tcpdump iputils-ping
   libibverbs-dev
+  prometheus
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
