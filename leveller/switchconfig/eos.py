@@ -20,6 +20,7 @@ import re
 
 from leveller.core.errors import UserError
 from leveller.core.qos import LevelMap, dscp_levels
+from leveller.switchconfig import check_port_name
 
 PROFILE = "LEVELLER"
 MAX_LEVELS = 7
@@ -29,10 +30,8 @@ _PORT = re.compile(r"Ethernet[0-9]{1,3}(/[0-9]{1,3}){0,2}|Port-Channel[0-9]{1,6}
 
 def check_port(name: str) -> str:
     """An EOS interface that takes a service-profile: EthernetN[/M[/P]] or Port-ChannelN."""
-    if not _PORT.fullmatch(name):
-        raise UserError(f"--ports {name!r}: not an EOS interface name; EthernetN, EthernetN/M[/P] or "
-                        "Port-ChannelN, e.g. Ethernet1,Ethernet2/1")
-    return name
+    return check_port_name(name, _PORT, "not an EOS interface name; EthernetN, EthernetN/M[/P] or "
+                           "Port-ChannelN, e.g. Ethernet1,Ethernet2/1")
 
 
 def render(level_map: LevelMap, ports: tuple[str, ...]) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from leveller.core.errors import UserError
 from leveller.core.qos import LevelMap, dscp_levels
+from leveller.switchconfig import check_port_name
 
 MAP_NAME = "LEVELLER"
 SCHEDULER_NAME = "LEVELLER_STRICT"
@@ -33,10 +34,8 @@ _PORT = re.compile(r"Ethernet[0-9]{1,4}")
 
 def check_port(name: str) -> str:
     """A SONiC front-panel port name (PORT table key): EthernetN."""
-    if not _PORT.fullmatch(name):
-        raise UserError(f"--ports {name!r}: not a SONiC port name; EthernetN as in the PORT table, "
-                        "e.g. Ethernet0,Ethernet4")
-    return name
+    return check_port_name(name, _PORT, "not a SONiC port name; EthernetN as in the PORT table, "
+                           "e.g. Ethernet0,Ethernet4")
 
 
 def render(level_map: LevelMap, ports: tuple[str, ...]) -> dict[str, Any]:

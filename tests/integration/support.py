@@ -171,3 +171,25 @@ def run_pair(tb: Any, tos_a: int, tos_b: int, seconds: int = 8, window: tuple[fl
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+@contextlib.contextmanager
+def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
+                     sdn_args: tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
+    """A dumbbell testbed (h1, h2 - s1 - bottleneck - s2 - h3, h4) with the SDN app running and every
+    switch connected: (Testbed, SdnClient). ``qos=False`` leaves the switch ports without queues."""
+    import uuid
+
+    from leveller.core.topology import preset
+    from leveller.testbed.cluster import Testbed
+    from sdn.client import SdnClient
+
+    tb = Testbed.up(preset("dumbbell", {"bottleneck_mbps": bottleneck_mbps}), "p" + uuid.uuid4().hex[:8],
+                    tmp / "run", qos=qos)
+    try:
+        tb.start_sdn(extra=list(sdn_args))
+        client = SdnClient.for_run_dir(tb.run_dir)
+        wait_connected(client)
+        yield tb, client
+    finally:
+        tb.down()

@@ -9,15 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from leveller.core.qos import default_level_map
-from leveller.core.topology import preset
-from leveller.testbed.cluster import Testbed
-from sdn.client import SdnClient
-from .support import run_pair, wait_connected
+
+from .support import dumbbell_testbed, run_pair
 
 pytestmark = pytest.mark.privileged
 BOTTLENECK = 50.0
@@ -28,15 +25,8 @@ BOTTOM = LEVELS.dscp_for_level(0) << 2
 
 @pytest.fixture
 def dumbbell(tmp_path):
-    tb = Testbed.up(preset("dumbbell", {"bottleneck_mbps": BOTTLENECK}), "p" + uuid.uuid4().hex[:8],
-                    tmp_path / "run")
-    try:
-        tb.start_sdn()
-        client = SdnClient.for_run_dir(tb.run_dir)
-        wait_connected(client)
+    with dumbbell_testbed(tmp_path, BOTTLENECK) as (tb, client):
         yield tb, client
-    finally:
-        tb.down()
 
 
 def test_top_level_flow_takes_the_bottleneck(dumbbell):

@@ -16,16 +16,13 @@ import json
 import re
 import subprocess
 import sys
-import uuid
 
 import pytest
 
 from leveller.core.qos import default_level_map
-from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
-from sdn.client import SdnClient
 
-from .support import run_pair, wait_connected
+from .support import dumbbell_testbed, run_pair
 
 pytestmark = pytest.mark.privileged
 BOTTLENECK = 50.0
@@ -36,14 +33,9 @@ BOTTOM = LEVELS.dscp_for_level(0) << 2
 
 @pytest.fixture
 def bare_dumbbell(tmp_path):
-    tb = Testbed.up(preset("dumbbell", {"bottleneck_mbps": BOTTLENECK}), "c" + uuid.uuid4().hex[:8],
-                    tmp_path / "run", qos=False)
-    try:
-        tb.start_sdn(extra=["--queue-mode", "set_queue"])
-        wait_connected(SdnClient.for_run_dir(tb.run_dir))
+    # the app forwards only: its set_queue rules do nothing on the userspace datapath
+    with dumbbell_testbed(tmp_path, BOTTLENECK, qos=False, sdn_args=("--queue-mode", "set_queue")) as (tb, _):
         yield tb
-    finally:
-        tb.down()
 
 
 def switch_netns_run(tb: Testbed, argv: list[str], **kw) -> subprocess.CompletedProcess[str]:
