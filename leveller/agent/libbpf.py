@@ -2,7 +2,8 @@
 
 - prog_test_run: BPF_PROG_TEST_RUN through libbpf's bpf_prog_test_run_opts,
   usable on a program loaded by bcc (its fd); runs the program on crafted
-  packet bytes and returns the verdict and the bytes it produced.
+  packet bytes (optionally with a struct __sk_buff context, see skb_context)
+  and returns the verdict and the bytes it produced.
 - map_update_batch / map_delete_batch / map_lookup_all: the kernel's batch
   map operations on raw byte buffers (bcc's wrappers build one Python object
   per entry and its lookup loop reuses one variable for count and cursor).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -82,8 +84,27 @@ class TestRunResult:
     duration_ns: int
 
 
-def prog_test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> TestRunResult:
-    """Run a loaded program once (or `repeat` times) on `packet` with BPF_PROG_TEST_RUN."""
+# struct __sk_buff (uapi linux/bpf.h): its size and the GSO fields a test run may set
+# (the kernel refuses any other non-zero field but a few; tests/unit/test_libbpf_ctx.py checks
+# these numbers against the installed header).
+SKB_CTX_SIZE = 192
+SKB_GSO_SEGS_OFFSET = 164
+SKB_GSO_SIZE_OFFSET = 176
+
+
+def skb_context(gso_segs: int = 0, gso_size: int = 0) -> bytes:
+    """A struct __sk_buff for prog_test_run(ctx=...): all zero but the GSO segment count and size,
+    so the program sees a GSO packet of ``gso_segs`` wire segments."""
+    ctx = bytearray(SKB_CTX_SIZE)
+    ctx[SKB_GSO_SEGS_OFFSET:SKB_GSO_SEGS_OFFSET + 4] = gso_segs.to_bytes(4, sys.byteorder)
+    ctx[SKB_GSO_SIZE_OFFSET:SKB_GSO_SIZE_OFFSET + 4] = gso_size.to_bytes(4, sys.byteorder)
+    return bytes(ctx)
+
+
+def prog_test_run(prog_fd: int, packet: bytes, repeat: int = 1, ctx: bytes | None = None) -> TestRunResult:
+    """Run a loaded program once (or `repeat` times) on `packet` with BPF_PROG_TEST_RUN.
+
+    ``ctx``: the struct __sk_buff the program sees (skb_context()); None = the kernel's default."""
     data_in = ctypes.create_string_buffer(packet, len(packet))
     data_out = ctypes.create_string_buffer(len(packet) + 256)
     opts = _TestRunOpts(
@@ -94,6 +115,10 @@ def prog_test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> TestRunResult
         data_size_out=len(data_out),
         repeat=repeat,
     )
+    if ctx is not None:
+        ctx_in = ctypes.create_string_buffer(ctx, len(ctx))
+        opts.ctx_in = ctypes.cast(ctx_in, ctypes.c_void_p)
+        opts.ctx_size_in = len(ctx)
     ret = _lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
     if ret != 0:
         raise BpfSyscallError("BPF_PROG_TEST_RUN", _errno(ret))

@@ -3,6 +3,7 @@
   leveller bench datapath   eBPF DSCP marking vs iptables on a veth pair
   leveller bench shim       RDMA QP resurrection pause (fake verbs provider)
   leveller bench levels     controller decision -> DSCP seen on a packet, distribution
+  leveller bench fuzz-marker  scapy-built frames through the eBPF marker, every invariant checked
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "datapath": ("leveller.commands.bench_datapath", "eBPF marking vs iptables: throughput and update time"),
     "shim": ("leveller.commands.bench_shim", "RDMA shim: queue-pair resurrection pause"),
     "levels": ("leveller.commands.bench_levels", "latency from a controller level change to DSCP on the wire"),
+    "fuzz-marker": ("leveller.commands.bench_fuzz_marker", "fuzzed frames through the eBPF marker, invariants checked"),
 }
 
 
