@@ -137,16 +137,10 @@ def run(args: argparse.Namespace) -> int:
     model, _ = simulate(args.cycles, None)
     model_rates = {ex: {k: [float(r) for r in res.rates] for k, res in runs.items() if k in POLICIES}
                    for ex, runs in model.items()}
-    import signal
+    from leveller.demo.interrupts import unwind_on_signals
 
-    def terminate(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds the context managers: everything is torn down
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
+    with unwind_on_signals():  # SIGTERM / Ctrl-C unwind the context managers: everything is torn down
         runs, ideal = _run_with_progress(examples, policies, settings, out if args.plots else None, args.name)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     from leveller.demo.results import json_doc
 
     doc = json_doc(runs, model_rates, {"unit_s": settings.unit_s, "seconds_per_run": settings.seconds,
