@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("leveller.commands.simulate", "run a fluid simulator (single link)"),
     "levels": ("leveller.commands.levels", "compress job ranks into K switch levels for given flows"),
     "bench": ("leveller.commands.bench", "print performance figures (datapath, shim, ...)"),
+    "experiment": ("leveller.commands.experiment", "run experiments on the live emulated cluster (soak, ...)"),
     "testbed": ("leveller.commands.testbed", "build / tear down the emulated cluster"),
     "sdn": ("leveller.commands.sdn", "run the os-ken OpenFlow app"),
     "controller": ("leveller.commands.controller", "run the central controller (ranks jobs every tau)"),

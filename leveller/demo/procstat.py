@@ -1,0 +1,42 @@
+"""Resident memory, open file descriptors and CPU time of a running process, from /proc.
+
+Linux only; reading another user's process needs root (the soak runs as root).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One reading of a process: at ``t`` (time.monotonic()), RSS in KiB, open fds, CPU seconds used."""
+
+    t: float
+    rss_kib: int
+    fds: int
+    cpu_s: float
+
+
+def read_proc(pid: int, t: float, proc: Path = Path("/proc")) -> ProcSample | None:
+    """The process's current RSS (VmRSS), fd count and user+system CPU time; None if it is gone
+    (or a zombie: its memory and files are already released)."""
+    base = proc / str(pid)
+    try:
+        status = (base / "status").read_text()
+        stat = (base / "stat").read_text()
+        fds = len(os.listdir(base / "fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    if rss is None:  # kernel threads have no VmRSS
+        return None
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
+    return ProcSample(t, rss, fds, cpu)

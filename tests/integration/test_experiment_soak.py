@@ -1,0 +1,80 @@
+"""`leveller experiment soak`, short: the live system (OVS + SDN app, controller, four agents with
+eBPF markers, the trio of jobs) for 30 s, every service sampled from /proc; the JSON contract, and
+that nothing of the run is left afterwards, also when it is interrupted with Ctrl-C mid-run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leveller.demo.soak import leftovers
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.privileged
+
+SERVICES = {"controller", "sdn", "agent-h1", "agent-h2", "agent-h3", "agent-h4"}
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leveller.cli", "experiment", "soak", *args]
+
+
+def _nothing_left(name: str) -> dict[str, list[str]]:
+    run_dir = Path("/run/leveller") / name
+    return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])
+
+
+def test_short_soak_reports_every_service_and_leaves_nothing(tmp_path: Path) -> None:
+    name = "sk" + uuid.uuid4().hex[:8]
+    proc = subprocess.run(_cli("--duration", "30", "--interval", "1", "--name", name, "--out", str(tmp_path),
+                               "--json"), capture_output=True, text=True, timeout=240)
+    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), proc.stderr[-5000:]
+    doc = json.loads(proc.stdout)
+    print(json.dumps({k: v for k, v in doc.items() if k != "processes"}),
+          {r: (p.get("rss_mib"), p.get("fds"), p["verdict"]) for r, p in doc["processes"].items()})
+    assert proc.returncode == (0 if doc["verdict"] == "stable" and doc["cleanup"]["clean"] else 1)
+    assert set(doc["processes"]) == SERVICES
+    assert 28 <= doc["duration_s"] <= 40 and doc["interval_s"] == 1.0 and doc["samples"] >= 25
+    for role, p in doc["processes"].items():
+        assert p["verdict"] in ("ok", "growing"), (role, p)  # none died during the run
+        assert p["samples"] >= 25
+        assert 10 < p["rss_mib"]["first"] < 2000 and p["fds"]["first"] >= 3
+        assert set(p["rss_mib"]) == {"first", "last", "max", "growth", "growth_pct", "slope_per_h"}
+        assert set(p["fds"]) == {"first", "last", "max", "growth", "slope_per_h"}
+    assert doc["verdict"] == "stable" or doc["verdict"].startswith("growing: ")
+    # the live system really worked: jobs iterated under the controller's re-ranking
+    assert all(j["iterations"] >= 15 for j in doc["jobs"].values()) and doc["decisions"] >= 100
+    assert doc["cleanup"] == {"clean": True, "namespaces": [], "processes": [], "files": []}
+    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    saved = json.loads((tmp_path / "soak.json").read_text())
+    assert set(saved["series"]) == SERVICES and len(saved["series"]["controller"]) == doc["processes"]["controller"]["samples"]
+    assert (tmp_path / "soak.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
+    name = "sk" + uuid.uuid4().hex[:8]
+    out = tmp_path / "soak.log"
+    with out.open("wb") as log:
+        proc = subprocess.Popen(_cli("--duration", "120", "--interval", "1", "--name", name, "--out",
+                                     str(tmp_path), "--json"), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def agents_up() -> bool:  # an agent's command line names its namespace and the run's secret file
+            return any(f"lvtb-{name}-h4" in line and " agent " in line for line in _nothing_left(name)["processes"])
+
+        wait_until(agents_up, 90, lambda: f"the soak's agents to run: {out.read_text()[-2000:]}", step_s=0.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert not (tmp_path / "soak.json").exists()  # no report for an interrupted run
+
