@@ -8,12 +8,13 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from leveller.demo.soak import leftovers
+from leveller.demo.soak import leftovers, role_of
 from tests.integration.support import wait_until
 
 pytestmark = pytest.mark.privileged
@@ -64,10 +65,18 @@ def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
         proc = subprocess.Popen(_cli("--duration", "120", "--interval", "1", "--name", name, "--out",
                                      str(tmp_path), "--json"), stdout=log, stderr=subprocess.STDOUT)
     try:
-        def agents_up() -> bool:  # an agent's command line names its namespace and the run's secret file
-            return any(f"lvtb-{name}-h4" in line and " agent " in line for line in _nothing_left(name)["processes"])
+        work = f"/run/leveller/{name}.work"
 
-        wait_until(agents_up, 90, lambda: f"the soak's agents to run: {out.read_text()[-2000:]}", step_s=0.5)
+        def jobs_running() -> bool:  # all six workers of the trio run (agents and controller are up by then)
+            argvs = [_argv(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()]
+            agents = sum(1 for a in argvs if (role_of(a) or "").startswith("agent-") and work in " ".join(a))
+            workers = sum(1 for a in argvs if "leveller.jobs.worker" in a and work in " ".join(a))
+            return agents == 4 and workers >= 6
+
+        t0 = time.monotonic()
+        wait_until(jobs_running, 90, lambda: f"the soak's jobs to run: {out.read_text()[-2000:]}", step_s=0.2)
+        print(f"jobs running after {time.monotonic() - t0:.1f} s")
+        time.sleep(2)  # a few samples in
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
@@ -78,3 +87,9 @@ def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
     assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "soak.json").exists()  # no report for an interrupted run
 
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
