@@ -35,27 +35,21 @@ def flow(src: str, dst: str, sport: int, dport: int, proto: int) -> o.Flow:
     return a.version, a.packed, b.packed, sport, dport, proto
 
 
-@settings(max_examples=200, deadline=None)
-@given(src=ipv4s, dst=ipv4s, sport=ports, dport=ports, tos=st.integers(0, 255), udp=st.booleans(), data=payloads)
-def test_ipv4_flow_is_what_scapy_dissects(src: str, dst: str, sport: int, dport: int, tos: int, udp: bool,
-                                          data: bytes) -> None:
+@settings(max_examples=300, deadline=None)
+@given(six=st.booleans(), data=st.data(), sport=ports, dport=ports, tc=st.integers(0, 255), udp=st.booleans(),
+       payload=payloads)
+def test_flow_is_what_scapy_dissects(six: bool, data: st.DataObject, sport: int, dport: int, tc: int, udp: bool,
+                                     payload: bytes) -> None:
+    addrs = ipv6s if six else ipv4s
+    src, dst = data.draw(addrs), data.draw(addrs)
+    l3, family, af = (IPv6(src=src, dst=dst, tc=tc), IPv6, socket.AF_INET6) if six else \
+        (IP(src=src, dst=dst, tos=tc), IP, socket.AF_INET)
     l4 = UDP(sport=sport, dport=dport) if udp else TCP(sport=sport, dport=dport)
-    frame = raw(ETH / IP(src=src, dst=dst, tos=tos) / l4 / Raw(data))
+    frame = raw(ETH / l3 / l4 / Raw(payload))
     back = Ether(frame)
-    assert o.flow_of(frame) == (4, socket.inet_pton(socket.AF_INET, back[IP].src),
-                                socket.inet_pton(socket.AF_INET, back[IP].dst), back.sport, back.dport, back[IP].proto)
-
-
-@settings(max_examples=200, deadline=None)
-@given(src=ipv6s, dst=ipv6s, sport=ports, dport=ports, tc=st.integers(0, 255), udp=st.booleans(), data=payloads)
-def test_ipv6_flow_is_what_scapy_dissects(src: str, dst: str, sport: int, dport: int, tc: int, udp: bool,
-                                          data: bytes) -> None:
-    l4 = UDP(sport=sport, dport=dport) if udp else TCP(sport=sport, dport=dport)
-    frame = raw(ETH / IPv6(src=src, dst=dst, tc=tc) / l4 / Raw(data))
-    back = Ether(frame)
-    assert o.flow_of(frame) == (6, socket.inet_pton(socket.AF_INET6, back[IPv6].src),
-                                socket.inet_pton(socket.AF_INET6, back[IPv6].dst), back.sport, back.dport,
-                                back[IPv6].nh)
+    proto = back[family].nh if six else back[family].proto
+    assert o.flow_of(frame) == (6 if six else 4, socket.inet_pton(af, back[family].src),
+                                    socket.inet_pton(af, back[family].dst), back.sport, back.dport, proto)
 
 
 @settings(max_examples=300, deadline=None)
