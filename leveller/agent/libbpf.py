@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -96,8 +95,8 @@ def skb_context(gso_segs: int = 0, gso_size: int = 0) -> bytes:
     """A struct __sk_buff for prog_test_run(ctx=...): all zero but the GSO segment count and size,
     so the program sees a GSO packet of ``gso_segs`` wire segments."""
     ctx = bytearray(SKB_CTX_SIZE)
-    ctx[SKB_GSO_SEGS_OFFSET:SKB_GSO_SEGS_OFFSET + 4] = gso_segs.to_bytes(4, sys.byteorder)
-    ctx[SKB_GSO_SIZE_OFFSET:SKB_GSO_SIZE_OFFSET + 4] = gso_size.to_bytes(4, sys.byteorder)
+    ctypes.c_uint32.from_buffer(ctx, SKB_GSO_SEGS_OFFSET).value = gso_segs
+    ctypes.c_uint32.from_buffer(ctx, SKB_GSO_SIZE_OFFSET).value = gso_size
     return bytes(ctx)
 
 
