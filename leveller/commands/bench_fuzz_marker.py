@@ -19,7 +19,8 @@ scratch. After each chunk of 2,048 frames: every flow's counters grew by exactly
 its counted frames (GSO segments) and bytes (frame length - 14), nothing else.
 
 Exit status 1 when any invariant broke (the first examples are printed, or listed
-in the JSON under "examples"). Needs root. About 10-20 s per 100,000 frames here.
+in the JSON under "examples"). Needs root. About 8 s per 100,000 frames here
+(1,000,000 in 75-85 s, 12,000-14,000 frames/s, 0.4 us per frame in the program).
 
 examples:
   leveller bench fuzz-marker --packets 20000
