@@ -81,9 +81,13 @@ def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # the test failed early: still let the soak tear down, then kill it
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "soak.json").exists()  # no report for an interrupted run
 
