@@ -1,0 +1,298 @@
+"""The event-driven fluid simulator of a whole network.
+
+Global events: arrivals (placement on free hosts, FIFO queue when full),
+job finishes, tau ticks, samples, the end. At arrivals and finishes the
+policy routes and (re)levels every running job, and the running jobs are
+partitioned into contention groups (jobs whose flows share a directed link,
+transitively); between global events each group runs its own events (compute
+ends, all-reduce starts, flow completions, slack ends) on a heap keyed by its
+next event. A group of one job is fast-forwarded in closed form.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from leveller.sim.network.group import Group
+from leveller.sim.network.jobs import JobSpec
+from leveller.sim.network.policies import NetPolicy
+from leveller.sim.network.runjob import RunJob
+from leveller.sim.network.topology import Network
+
+Placer = Callable[[Sequence[str], int], Optional[tuple[str, ...]]]
+GROUP, GLOBAL = 0, 1
+
+
+@dataclass
+class JobOutcome:
+    name: str
+    rate: Optional[float]
+    iterations: int
+    finish: Optional[float]
+    start: Optional[float]
+    ideal: Optional[float]
+    gpus: int
+    hosts: tuple[str, ...]
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[JobOutcome]
+    sim_seconds: float
+    events: int
+    wall_seconds: float
+    gpu_utilization: float
+    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    link_utilization: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rates(self) -> list[float]:
+        return [j.rate for j in self.jobs if j.rate is not None]
+
+    def summary(self) -> dict:
+        """The ``leveller simulate network --json`` object (DESIGN.md contract)."""
+        r = np.asarray(self.rates)
+        stats = {"min": float(r.min()), "avg": float(r.mean()), "p10": float(np.percentile(r, 10))} if len(r) \
+            else {"min": None, "avg": None, "p10": None}
+        return {
+            "policy": self.policy,
+            "jobs": {j.name: {"rate": j.rate, "iterations": j.iterations, "finish": j.finish, "start": j.start,
+                              "ideal": j.ideal, "gpus": j.gpus} for j in self.jobs},
+            **stats,
+            "gpu_utilization": self.gpu_utilization,
+            "sim_seconds": self.sim_seconds,
+            "events": self.events,
+            "wall_seconds": self.wall_seconds,
+        }
+
+
+class Simulation:
+    """One run of one policy over one network and job list."""
+
+    def __init__(self, net: Network, specs: Sequence[JobSpec], policy: NetPolicy, levels: int,
+                 duration: Optional[float] = None, placer: Optional[Placer] = None,
+                 sample_every: Optional[float] = None,
+                 progress: Optional[Callable[[float], None]] = None,
+                 on_rates: Optional[Callable[[float, "Simulation"], None]] = None) -> None:
+        self.net = net
+        self.specs = list(specs)
+        self.policy = policy
+        self.k = levels
+        self.duration = duration
+        self.placer = placer
+        self.sample_every = sample_every
+        self.progress = progress
+        self.on_rates = on_rates
+        self.heap: list[tuple] = []
+        self.seq = itertools.count()
+        self.running: dict[str, RunJob] = {}
+        self.done: dict[str, RunJob] = {}
+        self.queue: deque[JobSpec] = deque()
+        self.free = {h: True for h in net.nics}
+        self.groups: list[Group] = []
+        self.group_of: dict[str, Group] = {}
+        self.events = 0
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.carried = np.zeros(len(net.links))
+
+    # --- heap ------------------------------------------------------------------
+    def push_group(self, g: Group) -> None:
+        g.version += 1
+        t = g.next_time()
+        if math.isfinite(t):
+            heapq.heappush(self.heap, (t, GROUP, next(self.seq), g, g.version))
+
+    def push_global(self, t: float, kind: str, ref: object = None) -> None:
+        heapq.heappush(self.heap, (t, GLOBAL, next(self.seq), kind, ref))
+
+    # --- global changes ------------------------------------------------------
+    def place(self, spec: JobSpec, now: float) -> bool:
+        if spec.hosts is not None:
+            hosts = spec.hosts
+        else:
+            free = [h for h, ok in self.free.items() if ok]
+            if len(free) < spec.size or self.placer is None:
+                return False
+            chosen = self.placer(free, spec.size)
+            if chosen is None:
+                return False
+            hosts = chosen
+        for h in hosts:
+            self.free[h] = False
+        self.running[spec.name] = RunJob(spec, tuple(hosts), now, self.net)
+        return True
+
+    def flush_bytes(self, job: RunJob, t: float) -> None:
+        n = job.iterations_at(t) - job.flushed
+        if n > 0:
+            for path, vol in zip(job.paths, job.volumes):
+                self.carried[list(path)] += n * vol
+            job.flushed += n
+
+    def resync(self, t: float, finished: Sequence[RunJob] = (), arrivals: Sequence[JobSpec] = ()) -> None:
+        """Bring every job to ``t`` in explicit form, admit jobs, re-route, re-level, regroup."""
+        for g in self.groups:
+            g.advance(t)
+            g.write_back()
+        for j in finished:
+            self.flush_bytes(j, t)
+            self.running.pop(j.name, None)
+            self.done[j.name] = j
+            if j.spec.hosts is None:
+                for h in j.hosts:
+                    self.free[h] = True
+        self.queue.extend(arrivals)
+        while self.queue and self.place(self.queue[0], t):
+            self.queue.popleft()
+        jobs = list(self.running.values())
+        for j in jobs:
+            self.flush_bytes(j, t)
+            j.materialise(t)
+        for name, paths in self.policy.route(t, jobs, self.net).items():
+            self.running[name].set_paths(paths, self.net)
+        shifts = self.policy.shifts(t, jobs)
+        for name, s in shifts.items():
+            self.running[name].shift = s
+            self.running[name].shift_ref = t
+        self.regroup(t, jobs)
+        levels = self.policy.levels(t, jobs, self.k)
+        for g in self.groups:
+            g.set_levels(levels)
+            g.try_analytic(t)
+            g.recompute()
+            self.push_group(g)
+
+    def regroup(self, t: float, jobs: Sequence[RunJob]) -> None:
+        """Union jobs that share a directed link into groups."""
+        parent = list(range(len(jobs)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        owner: dict[int, int] = {}
+        for i, j in enumerate(jobs):
+            for path in j.paths:
+                for l in path:
+                    o = owner.setdefault(l, i)
+                    if o != i:
+                        a, b = find(o), find(i)
+                        if a != b:
+                            parent[b] = a
+        members: dict[int, list[RunJob]] = {}
+        for i, j in enumerate(jobs):
+            members.setdefault(find(i), []).append(j)
+        for g in self.groups:
+            g.version += 1  # invalidate heap entries
+        self.groups = [Group(m, self.net.capacity, t, self.policy.overlap) for m in members.values()]
+        self.group_of = {j.name: g for g in self.groups for j in g.jobs}
+
+    def tick(self, t: float) -> None:
+        """tau > 0: re-rank every job and re-level every group that is not fast-forwarded."""
+        jobs = list(self.running.values())
+        if not jobs:
+            return
+        levels = self.policy.levels(t, jobs, self.k)
+        for g in self.groups:
+            if g.analytic:
+                continue
+            g.advance(t)
+            g.set_levels(levels)
+            g.recompute()
+            self.push_group(g)
+
+    def relevel_group(self, g: Group, t: float) -> None:
+        g.set_levels(self.policy.levels(t, [j for j in g.jobs if j.finish is None], self.k))
+
+    def sample(self, t: float) -> None:
+        self.samples.append((t, {j.name: j.rate_at(t) for j in self.running.values()}))
+
+    # --- run ---------------------------------------------------------------------
+    def run(self) -> SimResult:
+        wall = time.perf_counter()
+        if not self.specs:
+            raise ValueError("no jobs to simulate")
+        if self.duration is None and any(s.iterations is None for s in self.specs):
+            raise ValueError("a job runs to the end (iterations null): a duration is needed")
+        end = self.duration if self.duration is not None else math.inf
+        by_time: dict[float, list[JobSpec]] = {}
+        for s in self.specs:
+            if s.arrival < end:
+                by_time.setdefault(s.arrival, []).append(s)
+        for t0 in sorted(by_time):
+            self.push_global(t0, "arrive", by_time[t0])
+        tau = self.policy.tau
+        if tau:
+            self.push_global(tau, "tick")
+        if self.sample_every:
+            self.push_global(0.0, "sample")
+        if math.isfinite(end):
+            self.push_global(end, "end")
+        relevel = self.relevel_group if tau == 0 else None
+        t = 0.0
+        pending = len(by_time)
+        while self.heap:
+            t, kind, _, ref, payload = heapq.heappop(self.heap)
+            if kind == GROUP:
+                if payload != ref.version:
+                    continue  # superseded
+                self.events += 1
+                finished = ref.step(t, relevel)
+                if finished:
+                    self.resync(t, finished=finished)
+                else:
+                    self.push_group(ref)
+            else:
+                self.events += 1
+                if ref == "end":
+                    break
+                if ref == "arrive":
+                    pending -= 1
+                    self.resync(t, arrivals=payload)
+                elif ref == "tick":
+                    self.tick(t)
+                    self.push_global(t + tau, "tick")
+                elif ref == "sample":
+                    self.sample(t)
+                    self.push_global(t + self.sample_every, "sample")
+                if self.progress is not None:
+                    self.progress(t)
+            if self.on_rates is not None:
+                self.on_rates(t, self)
+            if not self.running and not self.queue and pending == 0 and not math.isfinite(end):
+                break
+        end_t = t if not math.isfinite(end) else end
+        return self.result(end_t, time.perf_counter() - wall)
+
+    def result(self, end: float, wall: float) -> SimResult:
+        outcomes = []
+        busy = 0.0
+        for g in self.groups:
+            g.advance(end)
+        for spec in self.specs:
+            j = self.running.get(spec.name) or self.done.get(spec.name)
+            if j is None:
+                outcomes.append(JobOutcome(spec.name, None, 0, None, None, None, 0, ()))
+                continue
+            self.flush_bytes(j, end)
+            stop = j.finish if j.finish is not None else end
+            rate = j.rate_at(stop) if stop > j.start else None
+            busy += j.gpus * j.compute_time(stop)
+            outcomes.append(JobOutcome(j.name, rate, j.iterations_at(stop), j.finish, j.start, j.ideal,
+                                       j.gpus, j.hosts))
+        util = busy / (self.net.total_gpus * end) if end > 0 else 0.0
+        used = np.flatnonzero(self.carried)
+        links = {self.net.links[i]: float(self.carried[i] / (self.net.capacity[i] * end)) for i in used} \
+            if end > 0 else {}
+        return SimResult(self.policy.name, outcomes, end, self.events, wall, util, self.samples, links)

@@ -1,0 +1,175 @@
+"""A contention group: jobs whose flows share directed links, simulated event by event.
+
+Jobs in different groups cannot change each other's rates, so each group keeps
+its own small arrays (flows x local links incidence, remaining bytes, rates,
+levels) and its own next event. A group of one job whose iteration just began
+is fast-forwarded in closed form (it repeats its alone period exactly).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from leveller.core.overlap import effective_level
+from leveller.sim.network.fluid import Incidence, max_min_rates
+from leveller.sim.network.runjob import TOL, RunJob
+
+DONE = 1e-9  # a flow with at most this fraction of its bytes left is finished
+
+
+class Group:
+    """Jobs that contend, their flows' local state, and their next event time."""
+
+    def __init__(self, jobs: Sequence[RunJob], capacity: np.ndarray, now: float, overlap: bool) -> None:
+        self.jobs = list(jobs)
+        self.overlap = overlap
+        self.t = now
+        self.version = 0
+        paths = [p for j in self.jobs for p in j.paths]
+        links = sorted({l for p in paths for l in p})
+        self.link_ids = np.asarray(links, dtype=np.int64)
+        loc = {l: i for i, l in enumerate(links)}
+        self.inc = Incidence.from_paths([[loc[l] for l in p] for p in paths], len(links))
+        self.cap = capacity[self.link_ids] if links else np.zeros(0)
+        self.slices: list[slice] = []
+        i = 0
+        for j in self.jobs:
+            self.slices.append(slice(i, i + len(j.flows)))
+            i += len(j.flows)
+        n = i
+        self.volume = np.concatenate([j.volumes for j in self.jobs]) if n else np.zeros(0)
+        self.remaining = np.concatenate([j.rem for j in self.jobs]) if n else np.zeros(0)
+        self.active = np.zeros(n, dtype=bool)
+        for j, sl in zip(self.jobs, self.slices):
+            if j.comm_on and not j.comm_done:
+                self.active[sl] = self.remaining[sl] > 0
+        self.assigned = np.zeros(n, dtype=np.int64)
+        self.rate = np.zeros(n)
+        self.flow_index = {f.name: k for k, f in enumerate(f for j in self.jobs for f in j.flows)}
+
+    # --- state -------------------------------------------------------------
+    @property
+    def analytic(self) -> bool:
+        return len(self.jobs) == 1 and self.jobs[0].analytic
+
+    def advance(self, t: float) -> None:
+        """Move the fluid forward to ``t`` (no event in between by construction)."""
+        dt = t - self.t
+        if dt > 0 and self.active.any():
+            self.remaining -= np.where(self.active, self.rate * dt, 0.0)
+        self.t = max(self.t, t)
+
+    def write_back(self) -> None:
+        """Store each job's remaining bytes in the job (the group is about to be rebuilt)."""
+        for j, sl in zip(self.jobs, self.slices):
+            if not j.analytic:
+                j.rem = np.maximum(self.remaining[sl], 0.0)
+
+    def set_levels(self, levels: dict[str, int]) -> None:
+        for name, lv in levels.items():
+            k = self.flow_index.get(name)
+            if k is not None:
+                self.assigned[k] = lv
+
+    def recompute(self) -> None:
+        """Rates of the active flows from the levels in force now (overlap rule applied)."""
+        level = self.assigned
+        if self.overlap:
+            level = self.assigned.copy()
+            for j, sl in zip(self.jobs, self.slices):
+                if j.comm_on and j.spec.slack > 0:
+                    level[sl] = [effective_level(int(a), j.comm_at, j.spec.slack, self.t) for a in level[sl]]
+        self.rate = max_min_rates(self.inc, self.cap, level, self.active)
+
+    def next_time(self) -> float:
+        if self.analytic:
+            return self.jobs[0].analytic_finish()
+        t = math.inf
+        for j in self.jobs:
+            if j.finish is None:
+                t = min(t, j.timer(self.t))
+                if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0:
+                    end = j.comm_at + j.spec.slack
+                    if end > self.t + TOL:
+                        t = min(t, end)
+        moving = self.active & (self.rate > 0)
+        if moving.any():
+            t = min(t, self.t + float(np.min(self.remaining[moving] / self.rate[moving])))
+        return t
+
+    # --- events ----------------------------------------------------------------
+    def step(self, t: float, relevel: Optional[Callable[["Group", float], None]]) -> list[RunJob]:
+        """Process every event of the group at ``t``; return the jobs that finished.
+
+        ``relevel`` (tau = 0) is called after an iteration ends to re-rank the group.
+        """
+        if self.analytic:
+            job = self.jobs[0]
+            job.materialise(t)
+            job.iterations = job.spec.iterations or job.iterations
+            job.finish = t
+            return [job]
+        self.advance(t)
+        done = self.active & (self.remaining <= self.volume * DONE)
+        changed = bool(done.any())
+        self.active[done] = False
+        self.remaining[done] = 0.0
+        finished: list[RunJob] = []
+        ended = False
+        began = False
+        slack_edge = False
+        for j, sl in zip(self.jobs, self.slices):
+            if j.finish is not None:
+                continue
+            if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0 \
+                    and abs(j.comm_at + j.spec.slack - t) <= TOL:
+                slack_edge = True
+            while j.iter_start <= t + TOL:
+                progressed = False
+                if not j.comm_on and j.comm_at <= t + TOL:
+                    j.comm_on = True
+                    if len(j.flows):
+                        self.remaining[sl] = j.volumes
+                        self.active[sl] = True
+                        changed = True
+                    progressed = True
+                if j.comm_on and not j.comm_done and not self.active[sl].any():
+                    j.comm_done = True
+                    progressed = True
+                if not j.comp_done and j.comp_end <= t + TOL:
+                    j.comp_done = True
+                    progressed = True
+                if j.comp_done and j.comm_done:
+                    j.iterations += 1
+                    ended = True
+                    if j.spec.iterations is not None and j.iterations >= j.spec.iterations:
+                        j.finish = t
+                        finished.append(j)
+                        break
+                    j.begin(j.next_start(t))
+                    began = True
+                    progressed = True
+                if not progressed:
+                    break
+        if ended and relevel is not None:
+            relevel(self, t)
+            changed = True
+        if changed or slack_edge:
+            self.recompute()
+        if began:
+            self.try_analytic(t)
+        return finished
+
+    def try_analytic(self, t: float) -> bool:
+        """Fast-forward a lone job whose iteration begins now or later (it repeats its alone period)."""
+        if len(self.jobs) != 1:
+            return False
+        j = self.jobs[0]
+        fresh = j.iter_start >= t - TOL and not j.comp_done and (not j.comm_on or j.comm_at >= t - TOL)
+        if fresh and j.shift is None and j.finish is None and not j.analytic:
+            j.go_analytic()
+            return True
+        return False

@@ -1,0 +1,124 @@
+"""Jobs of the network simulator: the jobs FILE format and its validation.
+
+FILE (JSON): {"jobs": [{"name": str, "hosts": [str, ...], "compute": s, "bytes": B,
+"arrival": s (default 0), "iterations": int or null (default null = runs to the end),
+"slack": s (default 0)}]}
+
+One iteration = ``compute`` seconds, then a ring all-reduce of ``bytes`` bytes
+per rank over ``hosts`` in list order: rank i sends 2(n-1)/n x bytes to rank
+i+1 (mod n), all flows of the iteration in lockstep (the iteration's
+communication ends when its last flow ends). A host with several NICs (the
+rail fabric) stripes its share over them, NIC r to NIC r of the next host (a
+hierarchical all-reduce: reduce-scatter over NVLink inside the host first).
+``slack`` = how long before compute ends the all-reduce may start (overlap
+with the backward pass); it is at most ``compute``. Every error names the job,
+the field, the value and what is allowed, and is raised before the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from leveller.errors import UserError
+
+FIELDS = {"name", "hosts", "compute", "bytes", "arrival", "iterations", "slack"}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job. ``hosts`` is None for a synthetic job placed at arrival on ``size`` free hosts."""
+
+    name: str
+    hosts: Optional[tuple[str, ...]]
+    compute: float
+    bytes: float
+    arrival: float = 0.0
+    iterations: Optional[int] = None
+    slack: float = 0.0
+    size: int = 0  # hosts wanted (synthetic jobs); len(hosts) otherwise
+    model: str = ""  # catalog entry of a synthetic job
+
+    @property
+    def n_hosts(self) -> int:
+        return len(self.hosts) if self.hosts is not None else self.size
+
+
+def _num(job: str, key: str, value: Any, minimum: float, strict: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < minimum or (strict and value == minimum):
+        rule = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise UserError(f"job {job!r}: {key} = {value!r} is invalid; a number {rule}")
+    return float(value)
+
+
+def parse_job(entry: Any, index: int, known_hosts: Sequence[str]) -> JobSpec:
+    """Validate one entry of the FILE's ``jobs`` list against the network's host names."""
+    if not isinstance(entry, dict):
+        raise UserError(f"jobs[{index}]: expected an object with keys {', '.join(sorted(FIELDS))}")
+    unknown = sorted(set(entry) - FIELDS)
+    if unknown:
+        raise UserError(f"jobs[{index}]: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FIELDS))}")
+    for key in ("name", "hosts", "compute", "bytes"):
+        if key not in entry:
+            raise UserError(f"jobs[{index}]: missing required key {key!r}")
+    name = entry["name"]
+    if not isinstance(name, str) or not name or len(name) > 64 or any(c.isspace() or c == "/" for c in name):
+        raise UserError(f"jobs[{index}].name = {name!r} is invalid; 1-64 characters, no spaces or '/'")
+    hosts = entry["hosts"]
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+        raise UserError(f"job {name!r}: hosts = {hosts!r} is invalid; a non-empty list of host names")
+    known = set(known_hosts)
+    for h in hosts:
+        if h not in known:
+            sample = ", ".join(list(known_hosts)[:6]) + (", ..." if len(known_hosts) > 6 else "")
+            raise UserError(f"job {name!r}: unknown host {h!r}; hosts of this topology: {sample}")
+    if len(set(hosts)) != len(hosts):
+        raise UserError(f"job {name!r}: hosts = {hosts!r} lists a host twice; one rank per host")
+    compute = _num(name, "compute", entry["compute"], 0, strict=True)
+    nbytes = _num(name, "bytes", entry["bytes"], 0, strict=True)
+    arrival = _num(name, "arrival", entry.get("arrival", 0), 0, strict=False)
+    slack = _num(name, "slack", entry.get("slack", 0), 0, strict=False)
+    if slack > compute:
+        raise UserError(f"job {name!r}: slack = {slack:g} is invalid; at most compute = {compute:g} "
+                        "(communication cannot start before the iteration does)")
+    iterations = entry.get("iterations")
+    if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
+                                   or iterations < 1):
+        raise UserError(f"job {name!r}: iterations = {iterations!r} is invalid; an integer >= 1 or null")
+    return JobSpec(name, tuple(hosts), compute, nbytes, arrival, iterations, slack, size=len(hosts))
+
+
+def parse_jobs(data: Any, known_hosts: Sequence[str]) -> list[JobSpec]:
+    """Validate a parsed jobs FILE; names must be unique."""
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        raise UserError('jobs file: expected {"jobs": [ {...}, ... ]} with at least one job')
+    jobs = [parse_job(entry, i, known_hosts) for i, entry in enumerate(data["jobs"])]
+    seen: set[str] = set()
+    for job in jobs:
+        if job.name in seen:
+            raise UserError(f"jobs file: job name {job.name!r} is used twice; names must be unique")
+        seen.add(job.name)
+    return jobs
+
+
+def load_jobs(path: str, known_hosts: Sequence[str]) -> list[JobSpec]:
+    """Read and validate a jobs FILE."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--jobs {path!r}: no such file")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--jobs {path!r}: not valid JSON ({exc})") from None
+    return parse_jobs(data, known_hosts)
+
+
+def ring_volumes(n_hosts: int, nbytes: float, nics: int) -> float:
+    """Bytes one NIC sends to its successor per iteration: 2(n-1)/n x bytes, striped over ``nics``."""
+    if n_hosts < 2:
+        return 0.0
+    return 2 * (n_hosts - 1) / n_hosts * nbytes / nics

@@ -1,0 +1,98 @@
+"""How a scheduling policy plugs into the network simulator.
+
+The simulator asks a policy three things, through the same ``leveller.core``
+objects the live controller uses (no simulation-only branches there):
+
+- ``route``: the path of every flow of the running jobs (on arrival / finish),
+- ``levels``: a switch priority level per flow (on arrival / finish, every
+  ``tau`` > 0, or at iteration ends when ``tau`` = 0),
+- ``shifts``: a one-shot delay of each job's next iteration start (CASSINI).
+
+``overlap`` says whether the host agents apply the overlap (slack) rule of
+``leveller.core.overlap``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+from leveller.core.levels import Flow, assign_levels
+from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
+from leveller.sim.network.runjob import RunJob
+from leveller.sim.network.topology import Network
+
+
+class NetPolicy(Protocol):
+    name: str
+    tau: Optional[float]
+    overlap: bool
+
+    def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
+        """New paths (one per flow, in flow order) for the jobs whose paths change."""
+        ...
+
+    def levels(self, now: float, jobs: Sequence[RunJob], k: int) -> dict[str, int]:
+        """Level per flow name, K-1 highest."""
+        ...
+
+    def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
+        """Per job, a time shift in [0, period) of its iteration starts (empty: none)."""
+        ...
+
+
+def job_views(now: float, jobs: Sequence[RunJob]) -> list[JobView]:
+    """What the controller knows of each job: R, GPUs, compute and communication time alone."""
+    return [JobView(j.name, rate=j.rate_at(now), gpus=j.gpus, compute=j.spec.compute,
+                    comm=j.comm_alone if j.comm_alone > 0 else None) for j in jobs]
+
+
+def flow_table(jobs: Sequence[RunJob]) -> dict[str, Flow]:
+    """The flows of the jobs with the links they cross, as assign_levels takes them."""
+    return {f.name: Flow(j.name, tuple(str(l) for l in path))
+            for j in jobs for f, path in zip(j.flows, j.paths)}
+
+
+@dataclass(frozen=True)
+class RankedPolicy:
+    """A core Policy (an order of jobs) turned into levels by K-level pruning, on ECMP paths."""
+
+    core: Policy
+    overlap: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    @property
+    def tau(self) -> Optional[float]:
+        return None if self.core.tau is None else float(self.core.tau)
+
+    def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
+        return {}
+
+    def levels(self, now: float, jobs: Sequence[RunJob], k: int) -> dict[str, int]:
+        return assign_levels(self.core.order(job_views(now, jobs)), flow_table(jobs), k)
+
+    def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
+        return {}
+
+
+POLICIES = ("fair", "crux", "cassini", "leveller")
+
+
+def make_net_policy(name: str, tau: float = 0.0) -> NetPolicy:
+    """The policy called ``name``; ``tau`` is leveller's re-ranking period (0 = every iteration end)."""
+    if name == "fair":
+        return RankedPolicy(FairPolicy())
+    if name == "leveller":
+        return RankedPolicy(LevellerPolicy(tau=tau), overlap=True)
+    if name == "crux":
+        from leveller.sim.network.baselines import CruxNet
+
+        return CruxNet()
+    if name == "cassini":
+        from leveller.sim.network.baselines import CassiniNet
+
+        return CassiniNet()
+    raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}")

@@ -1,0 +1,183 @@
+"""A running job: its ring flows, chosen paths, iteration state and progress rate.
+
+Iteration model: the iteration starts at ``iter_start``; compute ends at
+``iter_start + C``; the all-reduce starts at ``iter_start + C - slack``; the
+iteration ends when both are done. A job alone on the network repeats with
+period ``C + max(0, A - slack)`` where A is its all-reduce time alone; the
+*ideal* iteration time (the R reference) is that period on the default ECMP
+paths, so it does not depend on the policy's routing.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from leveller.core.paths import FlowKey, ecmp_choice
+from leveller.core.rate import progress_rate
+from leveller.sim.network.alone import AloneProfile, alone_profile
+from leveller.sim.network.jobs import JobSpec, ring_volumes
+from leveller.sim.network.topology import Network
+
+TOL = 1e-9  # seconds: timers within this distance are simultaneous
+NCCL_PORT = 29500
+
+
+@dataclass(frozen=True)
+class SimFlow:
+    """One flow of a job's ring: NIC ``src`` -> NIC ``dst``, ``volume`` bytes per iteration."""
+
+    name: str
+    src: str
+    dst: str
+    volume: float
+    key: FlowKey
+    candidates: tuple[tuple[int, ...], ...]  # equal-cost paths as directed link ids
+
+
+def ring_flows(spec: JobSpec, hosts: tuple[str, ...], net: Network) -> list[SimFlow]:
+    """Flows of one ring all-reduce over ``hosts`` in order (none for a one-host job)."""
+    n = len(hosts)
+    if n < 2:
+        return []
+    flows = []
+    for i in range(n):
+        a, b = net.nics[hosts[i]], net.nics[hosts[(i + 1) % n]]
+        per_nic = ring_volumes(n, spec.bytes, len(a))
+        for r, (src, dst) in enumerate(zip(a, b)):
+            sport = 32768 + zlib.crc32(f"{spec.name}/{i}/{r}".encode()) % 28000
+            key = FlowKey(net.ip(src), net.ip(dst), sport, NCCL_PORT + r, 6)
+            flows.append(SimFlow(f"{spec.name}#{i}.{r}", src, dst, per_nic, key,
+                                 tuple(net.candidates(src, dst))))
+    return flows
+
+
+class RunJob:
+    """State of one placed job (explicit, or fast-forwarded while alone on its links)."""
+
+    def __init__(self, spec: JobSpec, hosts: tuple[str, ...], start: float, net: Network) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.hosts = hosts
+        self.gpus = len(hosts) * net.gpus_per_host
+        self.start = start
+        self.flows = ring_flows(spec, hosts, net)
+        self.volumes = np.array([f.volume for f in self.flows])
+        ecmp = [ecmp_choice(f.key, f.candidates) for f in self.flows]
+        self.ecmp_paths = ecmp
+        reference = alone_profile(ecmp, self.volumes, net.capacity)
+        self.comm_alone = reference.duration
+        self.ideal = spec.compute + max(0.0, reference.duration - spec.slack)
+        self.paths: list[tuple[int, ...]] = list(ecmp)
+        self.profile: AloneProfile = reference
+        self.period = self.ideal
+        self.iterations = 0
+        self.finish: Optional[float] = None
+        self.rem = np.zeros(len(self.flows))  # remaining bytes per flow, while not inside a group
+        self.shift: Optional[float] = None  # one-shot: delay the next iteration start to this phase
+        self.shift_ref = 0.0
+        self.flushed = 0  # iterations already counted into link byte totals
+        self.analytic = False
+        self.anchor = 0.0  # analytic: an iteration starts at anchor + k * period
+        self.n_anchor = 0
+        self.begin(start)
+
+    # --- routing -----------------------------------------------------------
+    def set_paths(self, paths: list[tuple[int, ...]], net: Network) -> None:
+        if paths != self.paths:
+            self.paths = list(paths)
+            self.profile = alone_profile(self.paths, self.volumes, net.capacity)
+            self.period = self.spec.compute + max(0.0, self.profile.duration - self.spec.slack)
+
+    # --- explicit iteration state ------------------------------------------
+    def begin(self, at: float) -> None:
+        """Start an iteration at ``at`` (possibly in the future: the job waits)."""
+        c, s = self.spec.compute, self.spec.slack
+        self.iter_start = at
+        self.comp_end = at + c
+        self.comm_at = at + c - s
+        self.comm_on = False
+        self.comm_done = not self.flows
+        self.comp_done = False
+
+    def next_start(self, now: float) -> float:
+        """When the next iteration may start: now, or later to honour a pending time shift."""
+        if self.shift is None:
+            return now
+        target = self.shift_ref + self.shift
+        wait = (target - now) % self.period if self.period > 0 else 0.0
+        self.shift = None
+        return now + (0.0 if wait > self.period - TOL else wait)
+
+    def timer(self, now: float) -> float:
+        """The job's next timer after ``now`` (flow completions are the group's business)."""
+        if self.iter_start > now + TOL:
+            return self.iter_start
+        if not self.comm_on:
+            return self.comm_at
+        if not self.comp_done:
+            return self.comp_end
+        return math.inf
+
+    # --- fast-forward while alone ----------------------------------------------
+    def go_analytic(self) -> None:
+        """Switch to closed form at an iteration start (nothing shares its links)."""
+        self.analytic = True
+        self.anchor = self.iter_start
+        self.n_anchor = self.iterations
+
+    def iterations_at(self, t: float) -> int:
+        if not self.analytic or t < self.anchor:
+            return self.iterations
+        done = self.n_anchor + int(math.floor((t - self.anchor + TOL) / self.period))
+        return done if self.spec.iterations is None else min(done, self.spec.iterations)
+
+    def analytic_finish(self) -> float:
+        if self.spec.iterations is None:
+            return math.inf
+        return self.anchor + (self.spec.iterations - self.n_anchor) * self.period
+
+    def materialise(self, t: float) -> None:
+        """Leave closed form at ``t``: rebuild the explicit state an event loop would have."""
+        if not self.analytic:
+            return
+        self.analytic = False
+        if t < self.anchor:
+            self.begin(self.anchor)
+            self.rem[:] = 0.0
+            return
+        k = int(math.floor((t - self.anchor + TOL) / self.period))
+        self.iterations = self.n_anchor + k
+        s = self.anchor + k * self.period
+        self.begin(s)
+        e = t - s
+        c, slack = self.spec.compute, self.spec.slack
+        self.comp_done = e >= c - TOL
+        if e >= c - slack - TOL:
+            self.comm_on = True
+            self.rem = self.profile.remaining_at(e - (c - slack))
+            self.comm_done = bool(not self.flows or not (self.rem > 0).any())
+        else:
+            self.rem[:] = 0.0
+
+    # --- measures --------------------------------------------------------------
+    def rate_at(self, t: float) -> float:
+        """R = iterations x ideal / (t - start)."""
+        return float(progress_rate(self.iterations_at(t), self.ideal, self.start, max(t, self.start)))
+
+    def compute_time(self, t: float) -> float:
+        """GPU-busy seconds (per GPU) spent computing until ``t``."""
+        if self.analytic:
+            if t < self.anchor:
+                return self.iterations * self.spec.compute
+            k = int(math.floor((t - self.anchor + TOL) / self.period))
+            e = t - (self.anchor + k * self.period)
+            return (self.n_anchor + k) * self.spec.compute + min(e, self.spec.compute)
+        partial = 0.0
+        if self.finish is None and t > self.iter_start:
+            partial = min(t - self.iter_start, self.spec.compute)
+        return self.iterations * self.spec.compute + partial
