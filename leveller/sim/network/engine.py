@@ -164,9 +164,8 @@ class Simulation:
             self.running[name].shift = s
             self.running[name].shift_ref = t
         self.regroup(t, jobs)
-        levels = self.policy.levels(t, jobs, self.k)
         for g in self.groups:
-            g.set_levels(levels)
+            self.relevel(g, t, force=True)
             g.try_analytic(t)
             g.recompute()
             self.push_group(g)
@@ -199,21 +198,34 @@ class Simulation:
         self.group_of = {j.name: g for g in self.groups for j in g.jobs}
 
     def tick(self, t: float) -> None:
-        """tau > 0: re-rank every job and re-level every group that is not fast-forwarded."""
-        jobs = list(self.running.values())
-        if not jobs:
-            return
-        levels = self.policy.levels(t, jobs, self.k)
+        """tau > 0: re-rank the jobs of every group where levels matter (two jobs or more)."""
         for g in self.groups:
-            if g.analytic:
-                continue
-            g.advance(t)
-            g.set_levels(levels)
-            g.recompute()
-            self.push_group(g)
+            if len(g.jobs) > 1 and self.relevel(g, t):
+                g.advance(t)
+                g.recompute()
+                self.push_group(g)
 
-    def relevel_group(self, g: Group, t: float) -> None:
-        g.set_levels(self.policy.levels(t, [j for j in g.jobs if j.finish is None], self.k))
+    def relevel(self, g: Group, t: float, force: bool = False) -> bool:
+        """Ask the policy for the group's order; new levels only when the order changed. True if it did.
+
+        Levels of a group depend only on the relative order of its own jobs (contention
+        parts never cross groups), so ranking a group alone equals ranking everyone.
+        """
+        if len(g.jobs) < 2 and not force:
+            return False
+        order = self.policy.order(t, g.jobs)
+        key = None if order is None else tuple(order)
+        if not force and key == g.last_order:
+            return False
+        g.last_order = key
+        if force and g.quiet_flows:
+            g.set_levels(self.policy.levels(order, g.jobs, g.quiet_flows, self.k))
+        if g.flows:
+            g.set_levels(self.policy.levels(order, g.jobs, g.flows, self.k))
+        return True
+
+    def relevel_group(self, g: Group, t: float) -> bool:
+        return self.relevel(g, t)
 
     def sample(self, t: float) -> None:
         self.samples.append((t, {j.name: j.rate_at(t) for j in self.running.values()}))

@@ -14,6 +14,7 @@ distinct bottleneck, two sparse products per round.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,25 +24,29 @@ import scipy.sparse as sp
 TIE = 1e-9
 
 
+DENSE_MAX = 40_000  # flows x links up to which plain numpy arrays beat scipy.sparse (call overhead)
+
+
 @dataclass(frozen=True)
 class Incidence:
-    """Flows x links 0/1 matrix and its transpose (both CSR, float64, for fast products)."""
+    """Flows x links 0/1 matrix and its transpose (dense arrays when small, CSR otherwise)."""
 
-    flows_links: sp.csr_matrix
-    links_flows: sp.csr_matrix
+    flows_links: Any
+    links_flows: Any
+    n_flows: int
+    n_links: int
 
     @classmethod
-    def from_paths(cls, paths: list[list[int]] | list[tuple[int, ...]], n_links: int) -> "Incidence":
+    def from_paths(cls, paths: Sequence[Sequence[int]], n_links: int) -> "Incidence":
         """Row f has a 1 in every column (link id) of ``paths[f]``; a link listed twice counts once."""
         rows = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
         cols = np.fromiter((l for p in paths for l in p), dtype=np.int64, count=len(rows))
         m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(paths), n_links))
         m.data[:] = 1.0  # duplicates were summed
-        return cls(m, m.T.tocsr())
-
-    @property
-    def n_flows(self) -> int:
-        return self.flows_links.shape[0]
+        if len(paths) * n_links <= DENSE_MAX:
+            dense = m.toarray()
+            return cls(dense, np.ascontiguousarray(dense.T), len(paths), n_links)
+        return cls(m, m.T.tocsr(), len(paths), n_links)
 
 
 def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, active: np.ndarray) -> np.ndarray:
@@ -51,26 +56,31 @@ def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, activ
     served first), ``active`` a bool mask of the flows that are sending.
     """
     rates = np.zeros(inc.n_flows)
-    if not active.any():
+    act = np.flatnonzero(active)
+    if not len(act):
         return rates
     residual = np.array(capacity, dtype=float)
-    for lv in np.unique(level[active])[::-1]:
-        unfrozen = active & (level == lv)
-        while unfrozen.any():
+    lv = level[act]
+    lo, hi = lv.min(), lv.max()
+    for this in ([hi] if lo == hi else np.unique(lv)[::-1]):
+        unfrozen = active.copy() if lo == hi else active & (level == this)
+        left = int(np.count_nonzero(unfrozen))
+        while left:
             counts = inc.links_flows @ unfrozen.astype(float)
-            used = counts > 0
-            if not used.any():  # flows that cross no link are not limited by the network
+            used = np.flatnonzero(counts)
+            if not len(used):  # flows that cross no link are not limited by the network
                 rates[unfrozen] = np.inf
                 break
             share = residual[used] / counts[used]
             x = max(float(share.min()), 0.0)
-            bottleneck = np.zeros(len(residual))
-            bottleneck[np.flatnonzero(used)[share <= x * (1 + TIE) + 1e-300]] = 1.0
+            bottleneck = np.zeros(inc.n_links)
+            bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = 1.0
             newly = unfrozen & ((inc.flows_links @ bottleneck) > 0)
             rates[newly] = x
             residual -= (inc.links_flows @ newly.astype(float)) * x
             np.maximum(residual, 0.0, out=residual)
             unfrozen &= ~newly
+            left -= int(np.count_nonzero(newly))
     return rates
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from leveller.core.overlap import effective_level
 from leveller.sim.network.fluid import Incidence, max_min_rates
+from leveller.sim.network.policies import flow_table
 from leveller.sim.network.runjob import TOL, RunJob
 
 DONE = 1e-9  # a flow with at most this fraction of its bytes left is finished
@@ -49,6 +50,16 @@ class Group:
         self.assigned = np.zeros(n, dtype=np.int64)
         self.rate = np.zeros(n)
         self.flow_index = {f.name: k for k, f in enumerate(f for j in self.jobs for f in j.flows)}
+        # Flows that share a link with another job's flow: only their levels can change with the
+        # order. The others are alone in their contention part, whatever the order.
+        table = flow_table(self.jobs)
+        users: dict[str, set[str]] = {}
+        for f in table.values():
+            for link in f.links:
+                users.setdefault(link, set()).add(f.job)
+        self.flows = {n: f for n, f in table.items() if any(len(users[l]) > 1 for l in f.links)}
+        self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
+        self.last_order: Optional[tuple[str, ...]] = None  # the order the levels in force come from
 
     # --- state -------------------------------------------------------------
     @property
@@ -101,7 +112,7 @@ class Group:
         return t
 
     # --- events ----------------------------------------------------------------
-    def step(self, t: float, relevel: Optional[Callable[["Group", float], None]]) -> list[RunJob]:
+    def step(self, t: float, relevel: Optional[Callable[["Group", float], bool]]) -> list[RunJob]:
         """Process every event of the group at ``t``; return the jobs that finished.
 
         ``relevel`` (tau = 0) is called after an iteration ends to re-rank the group.
@@ -154,8 +165,7 @@ class Group:
                     progressed = True
                 if not progressed:
                     break
-        if ended and relevel is not None:
-            relevel(self, t)
+        if ended and relevel is not None and relevel(self, t):
             changed = True
         if changed or slack_edge:
             self.recompute()

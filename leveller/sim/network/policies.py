@@ -15,7 +15,7 @@ objects the live controller uses (no simulation-only branches there):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Mapping, Optional, Protocol, Sequence
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
@@ -32,8 +32,13 @@ class NetPolicy(Protocol):
         """New paths (one per flow, in flow order) for the jobs whose paths change."""
         ...
 
-    def levels(self, now: float, jobs: Sequence[RunJob], k: int) -> dict[str, int]:
-        """Level per flow name, K-1 highest."""
+    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+        """Job names, highest priority first (None: no priority). Equal orders give equal levels."""
+        ...
+
+    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+               k: int) -> dict[str, int]:
+        """Level per flow name (K-1 highest) for ``flows`` of ``jobs`` (see :func:`flow_table`)."""
         ...
 
     def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
@@ -71,8 +76,12 @@ class RankedPolicy:
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         return {}
 
-    def levels(self, now: float, jobs: Sequence[RunJob], k: int) -> dict[str, int]:
-        return assign_levels(self.core.order(job_views(now, jobs)), flow_table(jobs), k)
+    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+        return self.core.order(job_views(now, jobs))
+
+    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+               k: int) -> dict[str, int]:
+        return assign_levels(order, flows, k)
 
     def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
         return {}
