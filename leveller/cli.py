@@ -13,7 +13,7 @@ from leveller.errors import UserError
 # name -> (module, one-line help). Order is the order shown by --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("leveller.commands.demo", "run the main demonstration (see README)"),
-    "simulate": ("leveller.commands.simulate", "run a fluid simulator (single link)"),
+    "simulate": ("leveller.commands.simulate", "run a fluid simulator (one link or a whole network)"),
     "levels": ("leveller.commands.levels", "compress job ranks into K switch levels for given flows"),
     "bench": ("leveller.commands.bench", "print performance figures (datapath, shim, ...)"),
     "experiment": ("leveller.commands.experiment", "run experiments on the live emulated cluster (soak, ...)"),

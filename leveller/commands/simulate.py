@@ -1,4 +1,4 @@
-"""Fluid simulators. Only the single-link one exists so far.
+"""Fluid simulators: one link (`simulate link`) or a whole network (`simulate network`).
 
   leveller simulate link --preset fig3 --policy leveller
   leveller simulate link --job 1:1 --job 1:2 --policy crux --json
@@ -173,7 +173,7 @@ def run_link(args: argparse.Namespace) -> int:
 
 
 def no_simulator(args: argparse.Namespace) -> int:
-    raise UserError("choose a simulator: `leveller simulate link ...` (see --help)")
+    raise UserError("choose a simulator: `leveller simulate link ...` or `leveller simulate network ...` (see --help)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -200,3 +200,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="time span shown by --timeline (default 15)")
     link.add_argument("--json", action="store_true", help="print one JSON object")
     link.set_defaults(func=run_link)
+
+    from leveller.commands.simulate_network import configure as configure_network
+
+    configure_network(sub)

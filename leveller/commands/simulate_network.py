@@ -1,0 +1,220 @@
+"""Flow-level fluid simulation of training jobs on a whole network.
+
+  leveller simulate network --topology dumbbell --jobs pair.json --policy leveller --json
+  leveller simulate network --topology fabric:gpus=1024 --trace synthetic:jobs=200,seed=1 \\
+      --policy fair,crux,cassini,leveller --levels 2 --duration 3600 --plot out/
+  leveller simulate network --topology lingjun --trace synthetic:jobs=100,placement=scattered \\
+      --policy all --duration 1800
+
+Topology T: dumbbell[:opt=v,...], leafspine[:...] (testbed presets), a testbed
+TOML file (rates in Mbit/s), fabric:gpus=1024,gpus_per_host=8,hosts_per_leaf=8,
+spines=8,gbps=400 (rail-style leaf-spine, one NIC per GPU), lingjun[:host_gbps=200,
+oversub=2] (Alibaba Lingjun 2023: host -> ToR -> PSW -> DSW; the rates are assumed).
+
+Jobs FILE (JSON): {"jobs": [{"name", "hosts": [...], "compute": s, "bytes": B,
+"arrival": s, "iterations": n or null, "slack": s}]}: each iteration computes for
+`compute` s, then ring-all-reduces `bytes` per rank over `hosts` in order (rank i
+sends 2(n-1)/n x bytes to rank i+1), starting `slack` s before compute ends.
+
+Trace synthetic:jobs=200,seed=1,load=0.8,placement=contiguous|scattered,min_hosts=1,
+max_hosts=16,min_s=120,max_s=1200,overlap=1: Poisson arrivals of models from real
+H200 profiles (leveller/sim/network/catalog_data.py), placed at arrival on free hosts.
+
+Policies: fair (one class, max-min per flow), leveller (lowest R first, K-level
+pruning, re-ranked every --tau s, 0 = at every iteration end; overlap rule),
+crux (GPU intensity priorities, least-congested paths, Max K-Cut compression),
+cassini (time shifts of iteration starts, no priorities); `all` = the four.
+Rates: strict priority by level, max-min water-filling within a level.
+R = iterations x ideal iteration time (alone) / (end - start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from leveller.errors import UserError
+
+ALL = ("fair", "crux", "cassini", "leveller")
+MAX_LEVELS = 8
+
+
+def parse_policies(text: str) -> list[str]:
+    names = list(ALL) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in names if p not in ALL]
+    if bad or not names:
+        raise UserError(f"--policy {text!r}: unknown policy {bad[0] if bad else text!r}; "
+                        f"allowed: {', '.join(ALL)}, a comma list of them, or all")
+    if len(set(names)) != len(names):
+        raise UserError(f"--policy {text!r}: a policy is listed twice")
+    return names
+
+
+def parse_seconds(option: str, text: Optional[str], allow_zero: bool) -> Optional[float]:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        rule = ">= 0" if allow_zero else "> 0"
+        raise UserError(f"{option} = {text!r} is invalid; a number of seconds {rule}")
+    return value
+
+
+def check_paths(jobs: list[Any], net: Any) -> None:
+    """Every consecutive pair of a job's hosts must be connected (before the run starts)."""
+    for job in jobs:
+        if job.hosts is None:
+            continue
+        hosts = job.hosts
+        for i in range(len(hosts) if len(hosts) > 1 else 0):
+            a, b = hosts[i], hosts[(i + 1) % len(hosts)]
+            if not net.connected(net.nics[a][0], net.nics[b][0]):
+                raise UserError(f"job {job.name!r}: no path between hosts {a!r} and {b!r} in {net.name}")
+
+
+def prepare(args: argparse.Namespace) -> tuple[Any, list[Any], Any]:
+    """Network, jobs and placer, all validated before any simulation starts."""
+    from leveller.sim.network.jobs import load_jobs
+    from leveller.sim.network.topology import load_network
+
+    net = load_network(args.topology)
+    if bool(args.jobs) == bool(args.trace):
+        raise UserError("give exactly one of --jobs FILE or --trace synthetic:KEY=V,...")
+    placer = None
+    if args.jobs:
+        jobs = load_jobs(args.jobs, list(net.nics))
+        check_paths(jobs, net)
+    else:
+        if not args.trace.startswith("synthetic"):
+            raise UserError(f"--trace {args.trace!r}: only synthetic:KEY=V,... traces exist")
+        from leveller.sim.network.trace import synthetic
+
+        spec = args.trace
+        if args.seed is not None:
+            spec = spec + ("," if ":" in spec else ":") + f"seed={args.seed}"
+        jobs, placer = synthetic(spec, net)
+    return net, jobs, placer
+
+
+def run_network(args: argparse.Namespace) -> int:
+    from leveller.sim.network.engine import Simulation
+    from leveller.sim.network.policies import make_net_policy
+
+    policies = parse_policies(args.policy)
+    if not 1 <= args.levels <= MAX_LEVELS:
+        raise UserError(f"--levels = {args.levels} is invalid; an integer 1..{MAX_LEVELS}")
+    tau = parse_seconds("--tau", args.tau, allow_zero=True)
+    duration = parse_seconds("--duration", args.duration, allow_zero=False)
+    if args.seed is not None and args.seed < 0:
+        raise UserError(f"--seed = {args.seed} is invalid; an integer >= 0")
+    net, jobs, placer = prepare(args)
+    if duration is None and any(j.iterations is None for j in jobs):
+        endless = next(j.name for j in jobs if j.iterations is None)
+        raise UserError(f"job {endless!r} runs to the end (iterations null): give --duration S")
+    sample = duration / 200 if duration and args.plot else None
+    results = []
+    for name in policies:
+        policy = make_net_policy(name, tau or 0.0)
+        with progress_bar(name, duration, enabled=not args.no_progress) as tick:
+            sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
+                             progress=tick)
+            results.append(sim.run())
+    if args.plot:
+        from leveller.sim.network.plots import plot_all
+
+        plot_all(results, Path(args.plot))
+    if args.json:
+        out = [r.summary() for r in results]
+        print(json.dumps(out[0] if len(out) == 1 else out))
+        return 0
+    print_tables(results, net.note, args)
+    return 0
+
+
+class progress_bar:
+    """A rich progress bar over simulated time on a terminal (stderr); a no-op elsewhere."""
+
+    def __init__(self, name: str, duration: Optional[float], enabled: bool) -> None:
+        import sys
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.name = name
+        self.duration = duration
+        self.progress: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn(f"{self.name:>8}"), BarColumn(),
+                                 TextColumn("{task.completed:.0f} / {task.total:.0f} s simulated"),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        self.progress.start()
+        task = self.progress.add_task(self.name, total=self.duration or 1.0)
+
+        def tick(t: float) -> None:
+            if math.isfinite(t):
+                self.progress.update(task, completed=min(t, self.duration) if self.duration else 0)
+
+        return tick
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def print_tables(results: list[Any], note: str, args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[dim]{note}[/dim]")
+    table = Table(title=f"{args.topology}, K = {args.levels}" + (f", tau = {args.tau} s" if "leveller" in
+                                                                    args.policy or args.policy == "all" else ""))
+    for col in ("policy", "jobs", "min R", "p10 R", "avg R", "GPU util", "events", "wall s"):
+        table.add_column(col, justify="right")
+    for r in results:
+        s = r.summary()
+        fmt = (lambda v: "-" if v is None else f"{v:.3f}")
+        table.add_row(r.policy, str(len(r.rates)), fmt(s["min"]), fmt(s["p10"]), fmt(s["avg"]),
+                      f"{s['gpu_utilization']:.3f}", str(s["events"]), f"{s['wall_seconds']:.1f}")
+    console.print(table)
+    if len(results[0].jobs) <= 20:
+        jobs = Table(title="R per job")
+        jobs.add_column("job")
+        for r in results:
+            jobs.add_column(r.policy, justify="right")
+        for i, j in enumerate(results[0].jobs):
+            jobs.add_row(j.name, *["-" if r.jobs[i].rate is None else f"{r.jobs[i].rate:.3f}" for r in results])
+        console.print(jobs)
+    if args.plot:
+        console.print(f"plots written to {args.plot}/")
+
+
+def configure(link_parent: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``network`` simulator to ``leveller simulate``'s sub-commands."""
+    p = link_parent.add_parser("network", help="jobs on a whole network (flow-level fluid model)",
+                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topology", required=True, metavar="T", help="preset, TOML file, fabric:... or lingjun")
+    p.add_argument("--jobs", metavar="FILE", help="jobs file (JSON, see above)")
+    p.add_argument("--trace", metavar="synthetic:K=V,...", help="synthetic trace (see above)")
+    p.add_argument("--policy", default="leveller", metavar="P[,P...]",
+                   help="fair, crux, cassini, leveller, a comma list, or all (default leveller)")
+    p.add_argument("--levels", type=int, default=MAX_LEVELS, metavar="K",
+                   help=f"switch priority levels (default {MAX_LEVELS})")
+    p.add_argument("--tau", default="0", metavar="S",
+                   help="leveller re-ranking period in s; 0 = at every iteration end (default 0)")
+    p.add_argument("--duration", metavar="S", help="simulated seconds (default: until every job finished)")
+    p.add_argument("--seed", type=int, metavar="N", help="seed of the synthetic trace (overrides its seed=)")
+    p.add_argument("--plot", metavar="DIR", help="write PNG plots: CDF of R, R over time, link utilisation")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
+    p.add_argument("--json", action="store_true", help="print one JSON object (a list for several policies)")
+    p.set_defaults(func=run_network)

@@ -1,0 +1,133 @@
+"""Network simulator engine: the paper's worked examples on a dumbbell, invariants on random networks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveller.core.policies import make_policy
+from leveller.sim.link import simulate_link
+from leveller.sim.network.engine import Simulation
+from leveller.sim.network.group import Group
+from leveller.sim.network.jobs import JobSpec, parse_jobs
+from leveller.sim.network.policies import make_net_policy
+from leveller.sim.network.topology import load_network
+from leveller.sim.presets import PRESETS
+
+TOL = 0.01
+
+
+def dumbbell_jobs(shapes, hosts_per_side):  # type: ignore[no-untyped-def]
+    """Job i on (h_i, h_{i+n}) across the bottleneck: compute C s, bytes = M s x bottleneck rate."""
+    net = load_network(f"dumbbell:hosts_per_side={hosts_per_side}")
+    rate = net.capacity[net.index["s1>s2"]]
+    jobs = [{"name": f"j{i + 1}", "hosts": [f"h{i + 1}", f"h{i + 1 + hosts_per_side}"], "compute": c,
+             "bytes": m * rate} for i, (c, m) in enumerate(shapes)]
+    return net, parse_jobs({"jobs": jobs}, list(net.nics))
+
+
+def network_rates(preset: str, policy: str, levels: int) -> list[float]:
+    shapes = [(float(j.compute), float(j.comm)) for j in PRESETS[preset]]
+    net, jobs = dumbbell_jobs(shapes, len(shapes))
+    horizon = 1500 * max(c + m for c, m in shapes)
+    result = Simulation(net, jobs, make_net_policy(policy, 0.0), levels, duration=horizon).run()
+    return [j.rate for j in result.jobs]
+
+
+@pytest.mark.parametrize("preset,policy,expected", [
+    ("fig3", "fair", [0.75, 0.75]),
+    ("fig3", "leveller", [0.857, 0.857]),
+    ("fig1-trio", "fair", [0.5, 0.5, 0.667]),
+    ("fig1-trio", "leveller", [0.6, 0.6, 0.6]),
+])
+def test_dumbbell_reproduces_the_paper_and_simulate_link(preset: str, policy: str, expected: list) -> None:
+    got = network_rates(preset, policy, levels=len(expected))
+    assert got == pytest.approx(expected, abs=TOL)
+    link = simulate_link(PRESETS[preset], make_policy(policy, 0))
+    assert got == pytest.approx([float(r) for r in link.rates], abs=TOL)
+
+
+def test_one_level_makes_leveller_fair() -> None:
+    assert network_rates("fig3", "leveller", levels=1) == pytest.approx([0.75, 0.75], abs=TOL)
+
+
+def test_ideal_time_is_compute_plus_communication_alone() -> None:
+    net, jobs = dumbbell_jobs([(1.0, 2.0)], 1)
+    result = Simulation(net, jobs, make_net_policy("fair"), 2, duration=30).run()
+    assert result.jobs[0].ideal == pytest.approx(3.0)
+    assert result.jobs[0].iterations == 10
+    assert result.jobs[0].rate == pytest.approx(1.0)
+
+
+def test_slack_overlaps_communication_with_compute() -> None:
+    net, _ = dumbbell_jobs([(1.0, 2.0)], 1)
+    rate = net.capacity[net.index["s1>s2"]]
+    jobs = parse_jobs({"jobs": [{"name": "a", "hosts": ["h1", "h2"], "compute": 1, "bytes": 2 * rate,
+                                 "slack": 0.5}]}, list(net.nics))
+    result = Simulation(net, jobs, make_net_policy("leveller"), 2, duration=25).run()
+    assert result.jobs[0].ideal == pytest.approx(2.5)  # all-reduce starts 0.5 s before compute ends
+    assert result.jobs[0].iterations == 10
+
+
+def test_iterations_limit_finishes_and_frees_hosts_for_the_queue() -> None:
+    net = load_network("dumbbell")
+    first = JobSpec("a", None, 1.0, 1e6, 0.0, 5, 0.0, size=4)
+    second = JobSpec("b", None, 1.0, 1e6, 0.5, 3, 0.0, size=4)
+    placer = lambda free, size: tuple(free[:size]) if len(free) >= size else None  # noqa: E731
+    result = Simulation(net, [first, second], make_net_policy("fair"), 2, placer=placer).run()
+    a, b = result.jobs
+    assert a.iterations == 5 and b.iterations == 3
+    assert b.start == pytest.approx(a.finish)  # queued until the four hosts were free
+    assert result.sim_seconds == pytest.approx(b.finish)
+
+
+@st.composite
+def scenarios(draw):  # type: ignore[no-untyped-def]
+    kind = draw(st.sampled_from(["leafspine", "dumbbell:hosts_per_side=3", "fabric:gpus=32,gpus_per_host=2,"
+                                 "hosts_per_leaf=4,spines=2,gbps=1"]))
+    net = load_network(kind)
+    hosts = list(net.nics)
+    n = draw(st.integers(2, 4))
+    jobs = []
+    for i in range(n):
+        size = draw(st.integers(2, min(4, len(hosts))))
+        chosen = draw(st.permutations(hosts))[:size]
+        jobs.append({"name": f"j{i}", "hosts": chosen, "compute": draw(st.floats(0.1, 2.0)),
+                     "bytes": draw(st.floats(1e5, 5e6)), "arrival": draw(st.floats(0, 3)),
+                     "slack": 0.0, "iterations": draw(st.one_of(st.none(), st.integers(1, 20)))})
+    policy = draw(st.sampled_from(["fair", "leveller"]))
+    levels = draw(st.integers(1, 4))
+    tau = draw(st.sampled_from([0.0, 0.7]))
+    return net, parse_jobs({"jobs": jobs}, hosts), policy, levels, tau
+
+
+def check_capacity(t: float, sim: Simulation) -> None:
+    load = np.zeros(len(sim.net.links))
+    for g in sim.groups:
+        if not g.analytic and len(g.link_ids):
+            load[g.link_ids] += g.inc.links_flows @ np.where(g.active, g.rate, 0.0)
+    assert np.all(load <= sim.net.capacity * (1 + 1e-7)), f"a link is above capacity at t={t}"
+
+
+@settings(max_examples=25, deadline=None)
+@given(scenarios())
+def test_random_networks_never_exceed_capacity(case) -> None:  # type: ignore[no-untyped-def]
+    net, jobs, policy, levels, tau = case
+    Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20, on_rates=check_capacity).run()
+
+
+@settings(max_examples=25, deadline=None)
+@given(scenarios())
+def test_fast_forward_of_lone_jobs_is_exact(case) -> None:  # type: ignore[no-untyped-def]
+    """Closed-form advance of a job alone on its links gives what the event loop gives."""
+    net, jobs, policy, levels, tau = case
+    fast = Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20).run()
+    original = Group.try_analytic
+    try:
+        Group.try_analytic = lambda self, t: False  # type: ignore[method-assign]
+        slow = Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20).run()
+    finally:
+        Group.try_analytic = original  # type: ignore[method-assign]
+    assert [j.iterations for j in fast.jobs] == [j.iterations for j in slow.jobs]
+    assert [j.finish for j in fast.jobs] == pytest.approx([j.finish for j in slow.jobs], abs=1e-6)
+    assert fast.gpu_utilization == pytest.approx(slow.gpu_utilization, rel=1e-6)
