@@ -33,8 +33,22 @@ class Group:
         links = sorted({l for p in paths for l in p})
         self.link_ids = np.asarray(links, dtype=np.int64)
         loc = {l: i for i, l in enumerate(links)}
-        self.inc = Incidence.from_paths([[loc[l] for l in p] for p in paths], len(links))
+        local = [[loc[l] for l in p] for p in paths]
+        self.inc = Incidence.from_paths(local, len(links))
         self.cap = capacity[self.link_ids] if links else np.zeros(0)
+        # A flow that shares no link with any other flow gets the smallest capacity on its path;
+        # only the others need water-filling, on a smaller incidence of their own.
+        crossing = np.zeros(len(links), dtype=np.int64)
+        for p in local:
+            crossing[list(set(p))] += 1
+        self.solo = np.array([bool(p) and bool(np.all(crossing[p] == 1)) for p in local], dtype=bool)
+        self.solo_rate = np.array([float(self.cap[p].min()) if p else np.inf for p in local])
+        coupled = np.flatnonzero(~self.solo)
+        self.coupled = coupled
+        c_links = sorted({l for f in coupled for l in local[f]})
+        c_loc = {l: i for i, l in enumerate(c_links)}
+        self.c_inc = Incidence.from_paths([[c_loc[l] for l in local[f]] for f in coupled], len(c_links))
+        self.c_cap = self.cap[np.asarray(c_links, dtype=np.int64)] if c_links else np.zeros(0)
         self.slices: list[slice] = []
         i = 0
         for j in self.jobs:
@@ -93,7 +107,11 @@ class Group:
             for j, sl in zip(self.jobs, self.slices):
                 if j.comm_on and j.spec.slack > 0:
                     level[sl] = [effective_level(int(a), j.comm_at, j.spec.slack, self.t) for a in level[sl]]
-        self.rate = max_min_rates(self.inc, self.cap, level, self.active)
+        rate = np.where(self.active & self.solo, self.solo_rate, 0.0)
+        if len(self.coupled):
+            c = self.coupled
+            rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c])
+        self.rate = rate
 
     def next_time(self) -> float:
         if self.analytic:
