@@ -1,0 +1,160 @@
+"""Crux and CASSINI as network-simulator policies, over ``leveller.core.crux`` / ``leveller.core.cassini``.
+
+Both recompute on every arrival and finish (``tau`` None), as their papers do.
+
+Crux: per job a :class:`~leveller.core.crux.CruxJob` (GPUs, compute, ``comm_s`` =
+its bytes of one iteration on its busiest link of its ECMP paths / that link's
+rate, ``traffic`` = those bytes); priorities ``P_j = k_j I_j`` (``k_j`` against
+the reference job, cached per pair); flows take the least congested equal-cost
+path in decreasing intensity (demand = the flow's bytes per ideal iteration);
+levels by Max K-Cut compression of the contention DAG (jobs whose flows share a
+directed link contend). No overlap rule.
+
+CASSINI: ECMP paths, one class; on every directed link that two or more jobs
+share, each job is a circle (perimeter = its iteration time alone, one arc =
+its all-reduce: start ``compute - slack``, length = its all-reduce alone,
+demand = its bytes on the link per all-reduce time / capacity); the shifts of
+:func:`~leveller.core.cassini.job_shifts` delay each job's next iteration
+start once. Quantum = ``quantum_fraction`` of the shortest period, unified
+circle capped at ``lcm_periods`` x the longest period; links with the same jobs
+and demands are searched once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from leveller.core import cassini, crux
+from leveller.core.levels import Flow
+from leveller.sim.network.runjob import RunJob
+from leveller.sim.network.topology import Network
+
+
+def link_bytes(job: RunJob, paths: Sequence[tuple[int, ...]]) -> dict[int, float]:
+    """Bytes of one iteration of ``job`` on every directed link of ``paths``."""
+    out: dict[int, float] = {}
+    for path, vol in zip(paths, job.volumes):
+        for link in path:
+            out[link] = out.get(link, 0.0) + float(vol)
+    return out
+
+
+@dataclass
+class CruxNet:
+    """Crux (SIGCOMM 2024) through leveller.core.crux."""
+
+    name: str = "crux"
+    tau: Optional[float] = None
+    overlap: bool = False
+    samples: int = 10
+    seed: int = 0
+    _k: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    priority: dict[str, float] = field(default_factory=dict, repr=False)
+    intensity: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def crux_job(self, job: RunJob, net: Network) -> crux.CruxJob:
+        per_link = link_bytes(job, job.ecmp_paths)
+        if not per_link:  # one host: no network traffic; tiny comm time keeps it top
+            return crux.CruxJob(job.name, job.gpus, job.spec.compute, 1e-9, 0.0, 0.0)
+        link = max(per_link, key=lambda l: per_link[l] / net.capacity[l])
+        comm = per_link[link] / net.capacity[link]
+        return crux.CruxJob(job.name, job.gpus, job.spec.compute, comm, min(job.spec.slack, job.spec.compute),
+                            per_link[link])
+
+    def rank(self, jobs: Sequence[RunJob], net: Network) -> None:
+        cj = [self.crux_job(j, net) for j in jobs]
+        if not cj:
+            return
+        ref = crux.reference_job(cj)
+        for j in cj:
+            key = (ref.name, j.name)
+            if key not in self._k:
+                self._k[key] = 1.0 if j.name == ref.name else crux.correction_factors([ref, j])[j.name]
+        self.intensity = {j.name: j.intensity for j in cj}
+        self.priority = {j.name: self._k[(ref.name, j.name)] * j.intensity for j in cj}
+
+    def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
+        self.rank(jobs, net)
+        ordered = sorted(jobs, key=lambda j: -self.intensity[j.name])
+        requests = [((j.name, i), list(f.candidates), float(f.volume / j.ideal))
+                    for j in ordered for i, f in enumerate(j.flows)]
+        capacity = {l: float(net.capacity[l]) for _, cands, _ in requests for p in cands for l in p}
+        chosen, _ = crux.assign_paths(requests, capacity)
+        return {j.name: [j.flows[i].candidates[chosen[(j.name, i)]] for i in range(len(j.flows))] for j in jobs}
+
+    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+        return sorted((j.name for j in jobs), key=lambda n: -self.priority.get(n, 0.0))
+
+    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+               k: int) -> dict[str, int]:
+        users: dict[str, set[str]] = {}
+        for f in flows.values():
+            for link in f.links:
+                users.setdefault(link, set()).add(f.job)
+        contends = {tuple(sorted((a, b))) for names in users.values() for a in names for b in names if a < b}
+        names = order or [j.name for j in jobs]
+        level = crux.compress_levels({n: self.priority[n] for n in names}, {n: self.intensity[n] for n in names},
+                                     contends, k, samples=self.samples, seed=self.seed)
+        return {name: level[f.job] for name, f in flows.items()}
+
+    def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
+        return {}
+
+
+@dataclass
+class CassiniNet:
+    """CASSINI (NSDI 2024) through leveller.core.cassini."""
+
+    name: str = "cassini"
+    tau: Optional[float] = None
+    overlap: bool = False
+    quantum_fraction: float = 0.01
+    lcm_periods: float = 20.0
+    capacity: Optional[np.ndarray] = field(default=None, repr=False)
+
+    def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
+        self.capacity = net.capacity
+        return {}
+
+    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+        return None
+
+    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+               k: int) -> dict[str, int]:
+        return {name: 0 for name in flows}
+
+    def circles(self, jobs: Sequence[RunJob]) -> dict[tuple, list[cassini.CircleJob]]:
+        """One entry per distinct set of (job, demand) among links shared by two or more jobs."""
+        assert self.capacity is not None
+        on_link: dict[int, list[tuple[RunJob, float]]] = {}
+        for j in jobs:
+            if j.profile.duration <= 0:
+                continue
+            for link, nbytes in link_bytes(j, j.paths).items():
+                demand = min(1.0, nbytes / j.profile.duration / float(self.capacity[link]))
+                on_link.setdefault(link, []).append((j, demand))
+        out: dict[tuple, list[cassini.CircleJob]] = {}
+        for members in on_link.values():
+            if len(members) < 2:
+                continue
+            key = tuple((j.name, round(d, 6)) for j, d in members)
+            if key in out:
+                continue
+            circles = []
+            for j, d in members:
+                start = (j.spec.compute - j.spec.slack) % j.period
+                duration = min(j.profile.duration, j.period)
+                circles.append(cassini.CircleJob(j.name, j.period, ((start, duration, max(d, 1e-9)),)))
+            out[key] = circles
+        return out
+
+    def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
+        links = self.circles(jobs)
+        if not links:
+            return {}
+        periods = [c.period_s for circles in links.values() for c in circles]
+        quantum = self.quantum_fraction * min(periods)
+        return cassini.job_shifts(links, quantum, self.lcm_periods * max(periods))
