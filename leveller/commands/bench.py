@@ -4,6 +4,7 @@
   leveller bench shim       RDMA QP resurrection pause (fake verbs provider)
   leveller bench levels     controller decision -> DSCP seen on a packet, distribution
   leveller bench fuzz-marker  scapy-built frames through the eBPF marker, every invariant checked
+  leveller bench network-sim  network simulator events per second at several fabric sizes
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "shim": ("leveller.commands.bench_shim", "RDMA shim: queue-pair resurrection pause"),
     "levels": ("leveller.commands.bench_levels", "latency from a controller level change to DSCP on the wire"),
     "fuzz-marker": ("leveller.commands.bench_fuzz_marker", "fuzzed frames through the eBPF marker, invariants checked"),
+    "network-sim": ("leveller.commands.bench_network", "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
 }
 
 

@@ -109,7 +109,7 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
         jobs.append({"name": f"j{i}", "hosts": chosen, "compute": draw(st.floats(0.1, 2.0)),
                      "bytes": draw(st.floats(1e5, 5e6)), "arrival": draw(st.floats(0, 3)),
                      "slack": 0.0, "iterations": draw(st.one_of(st.none(), st.integers(1, 20)))})
-    policy = draw(st.sampled_from(["fair", "leveller"]))
+    policy = draw(st.sampled_from(["fair", "crux", "cassini", "leveller"]))
     levels = draw(st.integers(1, 4))
     tau = draw(st.sampled_from([0.0, 0.7]))
     return net, parse_jobs({"jobs": jobs}, hosts), policy, levels, tau

@@ -29,6 +29,7 @@ from leveller.sim.network.topology import Network
 
 Placer = Callable[[Sequence[str], int], Optional[tuple[str, ...]]]
 GROUP, GLOBAL = 0, 1
+MEMO = 512  # levels remembered per group, by order
 
 
 @dataclass
@@ -221,7 +222,12 @@ class Simulation:
         if force and g.quiet_flows:
             g.set_levels(self.policy.levels(order, g.jobs, g.quiet_flows, self.k))
         if g.flows:
-            g.set_levels(self.policy.levels(order, g.jobs, g.flows, self.k))
+            levels = g.memo.get(key)
+            if levels is None:  # levels are a function of the order (orders recur as R values cross)
+                levels = self.policy.levels(order, g.jobs, g.flows, self.k)
+                if len(g.memo) < MEMO:
+                    g.memo[key] = levels
+            g.set_levels(levels)
         return True
 
     def relevel_group(self, g: Group, t: float) -> bool:

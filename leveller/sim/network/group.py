@@ -74,6 +74,7 @@ class Group:
         self.flows = {n: f for n, f in table.items() if any(len(users[l]) > 1 for l in f.links)}
         self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
         self.last_order: Optional[tuple[str, ...]] = None  # the order the levels in force come from
+        self.memo: dict[Optional[tuple[str, ...]], dict[str, int]] = {}  # order -> levels of self.flows
 
     # --- state -------------------------------------------------------------
     @property
@@ -103,10 +104,12 @@ class Group:
         """Rates of the active flows from the levels in force now (overlap rule applied)."""
         level = self.assigned
         if self.overlap:
-            level = self.assigned.copy()
             for j, sl in zip(self.jobs, self.slices):
-                if j.comm_on and j.spec.slack > 0:
-                    level[sl] = [effective_level(int(a), j.comm_at, j.spec.slack, self.t) for a in level[sl]]
+                if j.comm_on and not j.comm_done and j.spec.slack > 0 \
+                        and effective_level(1, j.comm_at, j.spec.slack, self.t, lowest=0) == 0:
+                    if level is self.assigned:
+                        level = self.assigned.copy()
+                    level[sl] = 0  # inside the slack window the agent demotes every flow of the job
         rate = np.where(self.active & self.solo, self.solo_rate, 0.0)
         if len(self.coupled):
             c = self.coupled

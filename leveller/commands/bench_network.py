@@ -1,0 +1,63 @@
+"""Speed of the network simulator: events per second at several fabric sizes.
+
+  leveller bench network-sim --gpus 128,1024,4096 --policy fair,leveller --duration 600
+  leveller bench network-sim --gpus 1024 --policy all --duration 3600 --json
+
+Each size is `fabric:gpus=N` (8 GPUs per host, 8 hosts per leaf, 8 spines, 400
+Gbit/s) with one synthetic trace scaled to it (--jobs x N / 1024 jobs, at least
+10, seed 1, load 0.8). Prints simulated seconds, events, wall seconds and events
+per wall second per size and policy; run it alone on the machine (timings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from leveller.errors import UserError
+
+
+def run(args: argparse.Namespace) -> int:
+    from leveller.commands.simulate_network import parse_policies
+    from leveller.sim.network.engine import Simulation
+    from leveller.sim.network.policies import make_net_policy
+    from leveller.sim.network.topology import load_network
+    from leveller.sim.network.trace import synthetic
+
+    try:
+        sizes = [int(x) for x in args.gpus.split(",")]
+    except ValueError:
+        raise UserError(f"--gpus {args.gpus!r}: a comma list of GPU counts, e.g. 128,1024,4096") from None
+    policies = parse_policies(args.policy)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for gpus in sizes:
+        net = load_network(f"fabric:gpus={gpus}")
+        jobs_n = max(10, round(args.jobs * gpus / 1024))
+        jobs, placer = synthetic(f"synthetic:jobs={jobs_n},seed=1", net)
+        for name in policies:
+            started = time.perf_counter()
+            result = Simulation(net, jobs, make_net_policy(name, args.tau), args.levels, args.duration,
+                                placer=placer).run()
+            wall = time.perf_counter() - started
+            row = {"jobs": jobs_n, "sim_seconds": result.sim_seconds, "events": result.events,
+                   "wall_seconds": round(wall, 3), "events_per_s": round(result.events / wall, 1),
+                   "min": result.summary()["min"]}
+            out.setdefault(str(gpus), {})[name] = row
+            if not args.json:
+                print(f"{gpus:>6} GPUs {name:>9}: {jobs_n} jobs, {result.events} events in {wall:.1f} s "
+                      f"= {result.events / wall:,.0f} events/s (min R {row['min']:.3f})", flush=True)
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpus", default="128,1024,4096", help="fabric sizes (default 128,1024,4096)")
+    parser.add_argument("--policy", default="fair,leveller", help="policies (default fair,leveller; all = four)")
+    parser.add_argument("--jobs", type=int, default=200, help="jobs per 1,024 GPUs (default 200)")
+    parser.add_argument("--duration", type=float, default=600.0, help="simulated seconds (default 600)")
+    parser.add_argument("--levels", type=int, default=8, help="priority levels K (default 8)")
+    parser.add_argument("--tau", type=float, default=0.0, help="leveller tau in s (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
