@@ -145,3 +145,16 @@ def test_fast_forward_of_lone_jobs_is_exact(case) -> None:  # type: ignore[no-un
     assert [j.iterations for j in fast.jobs] == [j.iterations for j in slow.jobs]
     assert [j.finish for j in fast.jobs] == pytest.approx([j.finish for j in slow.jobs], abs=1e-6)
     assert fast.gpu_utilization == pytest.approx(slow.gpu_utilization, rel=1e-6)
+
+
+def test_jobs_seen_too_briefly_are_reported_but_not_summarised() -> None:
+    net, _ = dumbbell_jobs([(1.0, 1.0)], 2)
+    rate = net.capacity[net.index["s1>s2"]]
+    jobs = parse_jobs({"jobs": [{"name": "long", "hosts": ["h1", "h3"], "compute": 1, "bytes": rate},
+                                {"name": "late", "hosts": ["h2", "h4"], "compute": 1, "bytes": rate,
+                                 "arrival": 95.5}]}, list(net.nics))
+    result = Simulation(net, jobs, make_net_policy("fair"), 2, duration=100).run()
+    late = result.jobs[1]
+    assert late.rate is not None and late.rate < 0.9 and not late.measured  # 4.5 s = 2 ideal iterations
+    assert result.rates == [result.jobs[0].rate]
+    assert result.summary()["measured"] == 1

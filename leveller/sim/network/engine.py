@@ -30,6 +30,9 @@ from leveller.sim.network.topology import Network
 Placer = Callable[[Sequence[str], int], Optional[tuple[str, ...]]]
 GROUP, GLOBAL = 0, 1
 MEMO = 512  # levels remembered per group, by order
+# A job still running at the end after fewer than this many ideal iterations has an R dominated
+# by its unfinished iteration: it is reported but left out of min / avg / p10.
+MIN_WINDOW = 20
 
 
 @dataclass
@@ -42,6 +45,7 @@ class JobOutcome:
     ideal: Optional[float]
     gpus: int
     hosts: tuple[str, ...]
+    measured: bool = True  # counts in min / avg / p10 (see MIN_WINDOW)
 
 
 @dataclass
@@ -57,7 +61,8 @@ class SimResult:
 
     @property
     def rates(self) -> list[float]:
-        return [j.rate for j in self.jobs if j.rate is not None]
+        """R of the measured jobs (see MIN_WINDOW)."""
+        return [j.rate for j in self.jobs if j.rate is not None and j.measured]
 
     def summary(self) -> dict:
         """The ``leveller simulate network --json`` object (DESIGN.md contract)."""
@@ -67,8 +72,9 @@ class SimResult:
         return {
             "policy": self.policy,
             "jobs": {j.name: {"rate": j.rate, "iterations": j.iterations, "finish": j.finish, "start": j.start,
-                              "ideal": j.ideal, "gpus": j.gpus} for j in self.jobs},
+                              "ideal": j.ideal, "gpus": j.gpus, "measured": j.measured} for j in self.jobs},
             **stats,
+            "measured": len(r),
             "gpu_utilization": self.gpu_utilization,
             "sim_seconds": self.sim_seconds,
             "events": self.events,
@@ -307,8 +313,9 @@ class Simulation:
             stop = j.finish if j.finish is not None else end
             rate = j.rate_at(stop) if stop > j.start else None
             busy += j.gpus * j.compute_time(stop)
+            measured = j.finish is not None or stop - j.start >= MIN_WINDOW * j.ideal
             outcomes.append(JobOutcome(j.name, rate, j.iterations_at(stop), j.finish, j.start, j.ideal,
-                                       j.gpus, j.hosts))
+                                       j.gpus, j.hosts, measured))
         util = busy / (self.net.total_gpus * end) if end > 0 else 0.0
         used = np.flatnonzero(self.carried)
         links = {self.net.links[i]: float(self.carried[i] / (self.net.capacity[i] * end)) for i in used} \
