@@ -166,11 +166,13 @@ class Simulation:
             j.materialise(t)
         for name, paths in self.policy.route(t, jobs, self.net).items():
             self.running[name].set_paths(paths, self.net)
-        shifts = self.policy.shifts(t, jobs)
-        for name, s in shifts.items():
+        before = {frozenset(j.name for j in g.jobs) for g in self.groups}
+        self.regroup(t, jobs)
+        # Time shifts only for the jobs whose contention group changed: the others keep their phases.
+        changed = [j for g in self.groups if frozenset(x.name for x in g.jobs) not in before for j in g.jobs]
+        for name, s in self.policy.shifts(t, changed).items():
             self.running[name].shift = s
             self.running[name].shift_ref = t
-        self.regroup(t, jobs)
         for g in self.groups:
             self.relevel(g, t, force=True)
             g.try_analytic(t)

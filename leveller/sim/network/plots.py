@@ -21,6 +21,16 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
+def _save(plt, fig, ax, path: Path, legend: bool = True) -> Path:  # type: ignore[no-untyped-def]
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_cdf(results: Sequence[SimResult], path: Path) -> Path:
     """Empirical CDF of the jobs' R, one line per policy."""
     plt = _plt()
@@ -33,12 +43,7 @@ def plot_cdf(results: Sequence[SimResult], path: Path) -> Path:
     ax.set_xlabel("normalized progress rate R")
     ax.set_ylabel("fraction of jobs")
     ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def plot_rates_over_time(result: SimResult, path: Path) -> Path:
@@ -60,13 +65,7 @@ def plot_rates_over_time(result: SimResult, path: Path) -> Path:
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("R")
     ax.set_title(f"{result.policy}: R over time per job (lowest five in colour)")
-    ax.grid(alpha=0.3)
-    if low:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path, legend=bool(low))
 
 
 def plot_links(results: Sequence[SimResult], path: Path) -> Path:
@@ -80,12 +79,7 @@ def plot_links(results: Sequence[SimResult], path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("directed links carrying traffic, busiest first")
     ax.set_ylabel("mean utilisation over the run")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def plot_all(results: Sequence[SimResult], directory: Path) -> list[Path]:
