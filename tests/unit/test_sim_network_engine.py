@@ -158,3 +158,10 @@ def test_jobs_seen_too_briefly_are_reported_but_not_summarised() -> None:
     assert late.rate is not None and late.rate < 0.9 and not late.measured  # 4.5 s = 2 ideal iterations
     assert result.rates == [result.jobs[0].rate]
     assert result.summary()["measured"] == 1
+
+
+def test_leveller_with_tau_matches_simulate_link() -> None:
+    net, jobs = dumbbell_jobs([(1.0, 1.0), (1.0, 2.0)], 2)
+    got = Simulation(net, jobs, make_net_policy("leveller", 4.0), 2, duration=4500).run()
+    link = simulate_link(PRESETS["fig3"], make_policy("leveller", 4))
+    assert [j.rate for j in got.jobs] == pytest.approx([float(r) for r in link.rates], abs=1e-3)
