@@ -242,7 +242,9 @@ class Simulation:
         return self.relevel(g, t)
 
     def sample(self, t: float) -> None:
-        self.samples.append((t, {j.name: j.rate_at(t) for j in self.running.values()}))
+        """R of the running jobs that have run long enough for R to mean something (MIN_WINDOW)."""
+        self.samples.append((t, {j.name: j.rate_at(t) for j in self.running.values()
+                                 if t - j.start >= MIN_WINDOW * j.ideal}))
 
     # --- run ---------------------------------------------------------------------
     def run(self) -> SimResult:
