@@ -124,7 +124,7 @@ def test_help_teaches_with_examples(capsys) -> None:  # type: ignore[no-untyped-
 
 def test_bench_network_sim_prints_figures(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["bench", "network-sim", "--gpus", "128", "--policy", "fair", "--jobs", "80",
-                 "--duration", "120", "--json"]) == 0
+                 "--duration", "900", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["128"]["fair"]
-    assert row["jobs"] == 10 and row["sim_seconds"] == 120
+    assert row["jobs"] == 10 and row["sim_seconds"] == 900
     assert row["iterations"] > 0 and row["events"] > 0 and row["events_per_s"] > 0
