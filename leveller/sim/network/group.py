@@ -8,6 +8,7 @@ is fast-forwarded in closed form (it repeats its alone period exactly).
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Callable, Optional, Sequence
 
@@ -64,6 +65,11 @@ class Group:
         self.assigned = np.zeros(n, dtype=np.int64)
         self.rate = np.zeros(n)
         self.flow_index = {f.name: k for k, f in enumerate(f for j in self.jobs for f in j.flows)}
+        self.job_of = np.repeat(np.arange(len(self.jobs)), [len(j.flows) for j in self.jobs])
+        self.timers: list[tuple[float, int, int]] = []  # (time, job index, version) heap
+        self.jver = [0] * len(self.jobs)
+        for i in range(len(self.jobs)):
+            self.schedule(i)
         # Flows that share a link with another job's flow: only their levels can change with the
         # order. The others are alone in their contention part, whatever the order.
         table = flow_table(self.jobs)
@@ -116,17 +122,30 @@ class Group:
             rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c])
         self.rate = rate
 
+    def job_timer(self, i: int) -> float:
+        """Next timer of job ``i`` after now: iteration start, all-reduce start, compute end, slack end."""
+        j = self.jobs[i]
+        if j.finish is not None:
+            return math.inf
+        t = j.timer(self.t)
+        if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0:
+            end = j.comm_at + j.spec.slack
+            if end > self.t + TOL:
+                t = min(t, end)
+        return t
+
+    def schedule(self, i: int) -> None:
+        self.jver[i] += 1
+        t = self.job_timer(i)
+        if math.isfinite(t):
+            heapq.heappush(self.timers, (t, i, self.jver[i]))
+
     def next_time(self) -> float:
         if self.analytic:
             return self.jobs[0].analytic_finish()
-        t = math.inf
-        for j in self.jobs:
-            if j.finish is None:
-                t = min(t, j.timer(self.t))
-                if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0:
-                    end = j.comm_at + j.spec.slack
-                    if end > self.t + TOL:
-                        t = min(t, end)
+        while self.timers and self.timers[0][2] != self.jver[self.timers[0][1]]:
+            heapq.heappop(self.timers)  # superseded
+        t = self.timers[0][0] if self.timers else math.inf
         moving = self.active & (self.rate > 0)
         if moving.any():
             t = min(t, self.t + float(np.min(self.remaining[moving] / self.rate[moving])))
@@ -136,6 +155,7 @@ class Group:
     def step(self, t: float, relevel: Optional[Callable[["Group", float], bool]]) -> list[RunJob]:
         """Process every event of the group at ``t``; return the jobs that finished.
 
+        Only the jobs with a timer due or a flow just finished are looked at.
         ``relevel`` (tau = 0) is called after an iteration ends to re-rank the group.
         """
         if self.analytic:
@@ -147,13 +167,19 @@ class Group:
         self.advance(t)
         done = self.active & (self.remaining <= self.volume * DONE)
         changed = bool(done.any())
+        touched = set(self.job_of[done].tolist()) if changed else set()
         self.active[done] = False
         self.remaining[done] = 0.0
+        while self.timers and self.timers[0][0] <= t + TOL:
+            _, i, ver = heapq.heappop(self.timers)
+            if ver == self.jver[i]:
+                touched.add(i)
         finished: list[RunJob] = []
         ended = False
         began = False
         slack_edge = False
-        for j, sl in zip(self.jobs, self.slices):
+        for i in sorted(touched):
+            j, sl = self.jobs[i], self.slices[i]
             if j.finish is not None:
                 continue
             if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0 \
@@ -186,6 +212,7 @@ class Group:
                     progressed = True
                 if not progressed:
                     break
+            self.schedule(i)
         if ended and relevel is not None and relevel(self, t):
             changed = True
         if changed or slack_edge:
