@@ -66,6 +66,7 @@ class Group:
         self.rate = np.zeros(n)
         self.flow_index = {f.name: k for k, f in enumerate(f for j in self.jobs for f in j.flows)}
         self.job_of = np.repeat(np.arange(len(self.jobs)), [len(j.flows) for j in self.jobs])
+        self.has_coupled = [bool((~self.solo[sl]).any()) for sl in self.slices]
         self.timers: list[tuple[float, int, int]] = []  # (time, job index, version) heap
         self.jver = [0] * len(self.jobs)
         for i in range(len(self.jobs)):
@@ -106,8 +107,17 @@ class Group:
             if k is not None:
                 self.assigned[k] = lv
 
-    def recompute(self) -> None:
-        """Rates of the active flows from the levels in force now (overlap rule applied)."""
+    def recompute(self, coupled: bool = True) -> None:
+        """Rates of the active flows from the levels in force now (overlap rule applied).
+
+        ``coupled=False``: only solo flows started or stopped, so the water-filling of the
+        coupled flows would give what it gave before.
+        """
+        if not coupled and len(self.rate) == len(self.active):
+            rate = np.where(self.active, self.rate, 0.0)
+            rate[self.active & self.solo] = self.solo_rate[self.active & self.solo]
+            self.rate = rate
+            return
         level = self.assigned
         if self.overlap:
             for j, sl in zip(self.jobs, self.slices):
@@ -167,6 +177,7 @@ class Group:
         self.advance(t)
         done = self.active & (self.remaining <= self.volume * DONE)
         changed = bool(done.any())
+        coupled = changed and bool((done & ~self.solo).any())
         touched = set(self.job_of[done].tolist()) if changed else set()
         self.active[done] = False
         self.remaining[done] = 0.0
@@ -193,6 +204,7 @@ class Group:
                         self.remaining[sl] = j.volumes
                         self.active[sl] = True
                         changed = True
+                        coupled = coupled or self.has_coupled[i]
                     progressed = True
                 if j.comm_on and not j.comm_done and not self.active[sl].any():
                     j.comm_done = True
@@ -214,9 +226,9 @@ class Group:
                     break
             self.schedule(i)
         if ended and relevel is not None and relevel(self, t):
-            changed = True
+            changed = coupled = True
         if changed or slack_edge:
-            self.recompute()
+            self.recompute(coupled or slack_edge)
         if began:
             self.try_analytic(t)
         return finished
