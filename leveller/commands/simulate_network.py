@@ -1,6 +1,7 @@
 """Flow-level fluid simulation of training jobs on a whole network.
 
-  leveller simulate network --topology dumbbell --jobs pair.json --policy leveller --json
+  leveller simulate network --topology dumbbell --jobs examples/jobs/dumbbell-pair.json \\
+      --policy fair,crux,leveller --levels 2 --duration 3000     # the paper's pair
   leveller simulate network --topology fabric:gpus=1024 --trace synthetic:jobs=200,seed=1 \\
       --policy fair,crux,cassini,leveller --levels 2 --duration 3600 --plot out/
   leveller simulate network --topology lingjun --trace synthetic:jobs=100,placement=scattered \\
