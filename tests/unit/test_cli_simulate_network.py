@@ -128,3 +128,12 @@ def test_bench_network_sim_prints_figures(capsys) -> None:  # type: ignore[no-un
     row = json.loads(capsys.readouterr().out)["128"]["fair"]
     assert row["jobs"] == 10 and row["sim_seconds"] == 900
     assert row["iterations"] > 0 and row["events"] > 0 and row["events_per_s"] > 0
+
+
+def test_example_pair_file(capsys) -> None:  # type: ignore[no-untyped-def]
+    example = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "dumbbell-pair.json"
+    code, out, _ = run(capsys, "--topology", "dumbbell", "--jobs", str(example), "--policy", "crux",
+                       "--levels", "2", "--duration", "3000", "--json")
+    assert code == 0
+    rates = [j["rate"] for j in json.loads(out)["jobs"].values()]
+    assert rates == pytest.approx([1.0, 0.75], abs=0.01)
