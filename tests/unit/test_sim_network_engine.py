@@ -165,3 +165,35 @@ def test_leveller_with_tau_matches_simulate_link() -> None:
     got = Simulation(net, jobs, make_net_policy("leveller", 4.0), 2, duration=4500).run()
     link = simulate_link(PRESETS["fig3"], make_policy("leveller", 4))
     assert [j.rate for j in got.jobs] == pytest.approx([float(r) for r in link.rates], abs=1e-3)
+
+
+def overlap_runs(shapes):  # type: ignore[no-untyped-def]
+    """Static priority (core CruxPolicy, by G*C/M) with and without the overlap rule on dumbbell
+    jobs (compute s, comm s, slack s): the first job always holds the top level."""
+    from leveller.core.policies import CruxPolicy
+    from leveller.sim.network.policies import RankedPolicy
+
+    net, _ = dumbbell_jobs([(c, m) for c, m, _ in shapes], len(shapes))
+    rate = net.capacity[net.index["s1>s2"]]
+    n = len(shapes)
+    jobs = parse_jobs({"jobs": [{"name": f"j{i + 1}", "hosts": [f"h{i + 1}", f"h{i + 1 + n}"], "compute": c,
+                                 "bytes": m * rate, "slack": s} for i, (c, m, s) in enumerate(shapes)]},
+                      list(net.nics))
+    with_rule = Simulation(net, jobs, RankedPolicy(CruxPolicy(), overlap=True), 3, duration=900).run()
+    without = Simulation(net, jobs, RankedPolicy(CruxPolicy(), overlap=False), 3, duration=900).run()
+    return [j.rate for j in with_rule.jobs], [j.rate for j in without.jobs]
+
+
+def test_overlap_rule_yields_the_link_while_the_all_reduce_can_wait() -> None:
+    # j1 (top priority): an all-reduce of 1 s that may start 2 s before compute ends, so it can
+    # wait 1 s for free; j2 sends 0.5 s every second. Demoted while it can wait, j1 leaves j2 the
+    # link and still finishes in time: both run at their ideal speed instead of j2 at half.
+    with_rule, without = overlap_runs([(2.0, 1.0, 2.0), (0.5, 0.5, 0.0)])
+    assert without == pytest.approx([1.0, 0.5], abs=0.01)
+    assert with_rule == pytest.approx([1.0, 1.0], abs=0.01)
+
+
+def test_overlap_rule_does_not_demote_an_all_reduce_that_cannot_wait() -> None:
+    # slack 0.5 s < the all-reduce's 2 s alone: any wait delays the iteration, so no demotion.
+    with_rule, without = overlap_runs([(2.0, 1.0, 0.5), (0.5, 0.5, 0.0)])
+    assert with_rule == pytest.approx(without, abs=1e-9)

@@ -121,8 +121,8 @@ class Group:
         level = self.assigned
         if self.overlap:
             for j, sl in zip(self.jobs, self.slices):
-                if j.comm_on and not j.comm_done and j.spec.slack > 0 \
-                        and effective_level(1, j.comm_at, j.spec.slack, self.t, lowest=0) == 0:
+                if j.comm_on and not j.comm_done and j.wait > 0 \
+                        and effective_level(1, j.comm_at, j.wait, self.t, lowest=0) == 0:
                     if level is self.assigned:
                         level = self.assigned.copy()
                     level[sl] = 0  # inside the slack window the agent demotes every flow of the job
@@ -138,8 +138,8 @@ class Group:
         if j.finish is not None:
             return math.inf
         t = j.timer(self.t)
-        if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0:
-            end = j.comm_at + j.spec.slack
+        if self.overlap and j.comm_on and not j.comm_done and j.wait > 0:
+            end = j.comm_at + j.wait
             if end > self.t + TOL:
                 t = min(t, end)
         return t
@@ -193,8 +193,8 @@ class Group:
             j, sl = self.jobs[i], self.slices[i]
             if j.finish is not None:
                 continue
-            if self.overlap and j.comm_on and not j.comm_done and j.spec.slack > 0 \
-                    and abs(j.comm_at + j.spec.slack - t) <= TOL:
+            if self.overlap and j.comm_on and not j.comm_done and j.wait > 0 \
+                    and abs(j.comm_at + j.wait - t) <= TOL:
                 slack_edge = True
             while j.iter_start <= t + TOL:
                 progressed = False

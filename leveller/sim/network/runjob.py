@@ -5,7 +5,9 @@ Iteration model: the iteration starts at ``iter_start``; compute ends at
 iteration ends when both are done. A job alone on the network repeats with
 period ``C + max(0, A - slack)`` where A is its all-reduce time alone; the
 *ideal* iteration time (the R reference) is that period on the default ECMP
-paths, so it does not depend on the policy's routing.
+paths, so it does not depend on the policy's routing. The all-reduce can wait
+``slack - A`` (when positive) without delaying the iteration: that is the
+window in which the overlap rule demotes it.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ class RunJob:
             self.paths = list(paths)
             self.profile = alone_profile(self.paths, self.volumes, net.capacity)
             self.period = self.spec.compute + max(0.0, self.profile.duration - self.spec.slack)
+
+    @property
+    def wait(self) -> float:
+        """How long the all-reduce can wait without stalling the next iteration (the overlap
+        rule's slack): the overlap window minus the all-reduce's own time alone."""
+        return max(0.0, self.spec.slack - self.profile.duration)
 
     # --- explicit iteration state ------------------------------------------
     def begin(self, at: float) -> None:
