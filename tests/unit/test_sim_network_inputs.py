@@ -140,3 +140,14 @@ def test_placers() -> None:
     picks = [scattered(order, 3) for _ in range(5)]
     assert all(len(set(p)) == 3 and set(p) <= set(order) for p in picks)
     assert len(set(picks)) > 1
+
+
+def test_ecmp_is_the_sdn_apps_choice() -> None:
+    from leveller.core.paths import choose_path, flow_key
+
+    net = load_network("leafspine:leaves=3,spines=4")
+    for sport in range(40):
+        key = flow_key(net.ip("h1"), net.ip("h5"), 40000 + sport, 29500)
+        expected = choose_path(net.topo, key).links
+        assert tuple(net.links[l] for l in net.ecmp("h1", "h5", key)) == expected
+    assert len(net.candidates("h1", "h5")) == 4

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from leveller.core.paths import FlowKey, ecmp_choice
+from leveller.core.paths import FlowKey
 from leveller.core.rate import progress_rate
 from leveller.sim.network.alone import AloneProfile, alone_profile
 from leveller.sim.network.jobs import JobSpec, ring_volumes
@@ -69,7 +69,7 @@ class RunJob:
         self.start = start
         self.flows = ring_flows(spec, hosts, net)
         self.volumes = np.array([f.volume for f in self.flows])
-        ecmp = [ecmp_choice(f.key, f.candidates) for f in self.flows]
+        ecmp = [net.ecmp(f.src, f.dst, f.key) for f in self.flows]
         self.ecmp_paths = ecmp
         reference = alone_profile(ecmp, self.volumes, net.capacity)
         self.comm_alone = reference.duration

@@ -5,8 +5,8 @@ A job runs on *hosts*; a host has ``gpus_per_host`` GPUs and one or more NICs
 and ``lingjun`` have one NIC per host; ``fabric:`` is rail-style with one NIC
 per GPU (NIC r of every host on rail r). Links are full duplex: each becomes two
 directed links named ``a>b`` as in :class:`leveller.core.paths.Path`, with
-capacity in bytes per second. Equal-cost paths come from
-:func:`leveller.core.paths.equal_cost_paths`, the code the SDN app uses.
+capacity in bytes per second. Equal-cost paths and the ECMP
+choice come from :mod:`leveller.core.paths` (``shortest_paths``), the code the SDN app uses.
 
 Specs accepted by :func:`load_network`:
   dumbbell[:hosts_per_side=N,bottleneck_mbps=R,host_mbps=R]   testbed preset
@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from leveller.core.paths import equal_cost_paths, graph
+from leveller.core.paths import MAX_LISTED_PATHS, FlowKey, ShortestPaths, graph, shortest_paths, stable_hash
 from leveller.core.topology import PRESETS, Host, Link, Switch, Topology, host_mac, preset
 from leveller.errors import UserError
 
@@ -50,7 +50,7 @@ class Network:
     _graph: nx.Graph = field(init=False, repr=False)
     _attach: dict[str, str] = field(init=False, repr=False)  # NIC -> its switch
     _ip: dict[str, str] = field(init=False, repr=False)
-    _memo: dict[tuple[str, str], list[tuple[str, ...]]] = field(init=False, repr=False)
+    _memo: dict[tuple[str, str], ShortestPaths] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         names: list[str] = []
@@ -80,21 +80,28 @@ class Network:
     def ip(self, nic: str) -> str:
         return self._ip[nic]
 
-    def candidates(self, src_nic: str, dst_nic: str) -> list[tuple[int, ...]]:
-        """Every fewest-hop path between two NICs as a tuple of directed link ids (deterministic order).
-
-        NICs are single-homed, so the switch part of the paths depends only on
-        the two attachment switches: it is computed once per switch pair.
-        """
-        sa, sb = self._attach[src_nic], self._attach[dst_nic]
-        key = (sa, sb)
+    def _dag(self, src_nic: str, dst_nic: str) -> ShortestPaths:
+        """Fewest-hop paths between the NICs' switches (NICs are single-homed, so the switch
+        part of every NIC-to-NIC path depends on them only; sorted orders agree)."""
+        key = (self._attach[src_nic], self._attach[dst_nic])
         if key not in self._memo:
-            self._memo[key] = [p[1:-1] for p in equal_cost_paths(self.topo, src_nic, dst_nic, self._graph)]
-        out = []
-        for middle in self._memo[key]:
-            nodes = (src_nic, *middle, dst_nic)
-            out.append(tuple(self.index[f"{a}>{b}"] for a, b in zip(nodes, nodes[1:])))
-        return out
+            self._memo[key] = shortest_paths(self._graph, *key)
+        return self._memo[key]
+
+    def _links(self, src_nic: str, middle: tuple[str, ...], dst_nic: str) -> tuple[int, ...]:
+        nodes = (src_nic, *middle, dst_nic)
+        return tuple(self.index[f"{a}>{b}"] for a, b in zip(nodes, nodes[1:]))
+
+    def candidates(self, src_nic: str, dst_nic: str) -> list[tuple[int, ...]]:
+        """The equal-cost paths between two NICs (the first MAX_LISTED_PATHS in sorted order, as
+        :func:`leveller.core.paths.equal_cost_paths` lists them) as tuples of directed link ids."""
+        return [self._links(src_nic, m, dst_nic) for m in self._dag(src_nic, dst_nic).first(MAX_LISTED_PATHS)]
+
+    def ecmp(self, src_nic: str, dst_nic: str, flow: FlowKey) -> tuple[int, ...]:
+        """The path ECMP gives ``flow``: the rule of :func:`leveller.core.paths.choose_path`
+        (index stable_hash(flow) mod the number of equal-cost paths, in sorted order)."""
+        dag = self._dag(src_nic, dst_nic)
+        return self._links(src_nic, dag.nth(stable_hash(flow) % dag.count), dst_nic)
 
     def connected(self, a: str, b: str) -> bool:
         return nx.has_path(self._graph, a, b)
