@@ -5,7 +5,7 @@
 
 Each size is `fabric:gpus=N` (8 GPUs per host, 8 hosts per leaf, 8 spines, 400
 Gbit/s) with one synthetic trace scaled to it (--jobs x N / 1024 jobs, at least
-10, seed 1, load 0.8). Prints simulated seconds, events, wall seconds and events
+10, seed 1, load 0.8, --placement). Prints simulated seconds, events, wall seconds and events
 per wall second per size and policy; run it alone on the machine (timings).
 Iterations of jobs alone on their links are advanced in closed form, without
 events: the iteration count says how much work the events stand for.
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     for gpus in sizes:
         net = load_network(f"fabric:gpus={gpus}")
         jobs_n = max(10, round(args.jobs * gpus / 1024))
-        jobs, placer = synthetic(f"synthetic:jobs={jobs_n},seed=1", net)
+        jobs, placer = synthetic(f"synthetic:jobs={jobs_n},seed=1,placement={args.placement}", net)
         for name in policies:
             started = time.perf_counter()
             result = Simulation(net, jobs, make_net_policy(name, args.tau), args.levels, args.duration,
@@ -61,6 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="fair,leveller", help="policies (default fair,leveller; all = four)")
     parser.add_argument("--jobs", type=int, default=200, help="jobs per 1,024 GPUs (default 200)")
     parser.add_argument("--duration", type=float, default=600.0, help="simulated seconds (default 600)")
+    parser.add_argument("--placement", choices=("contiguous", "scattered"), default="contiguous",
+                        help="placement of the trace (scattered: more jobs share spine links)")
     parser.add_argument("--levels", type=int, default=8, help="priority levels K (default 8)")
     parser.add_argument("--tau", type=float, default=0.0, help="leveller tau in s (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
