@@ -2,10 +2,12 @@
 strict priority: real OVS (userspace datapath), real TCP, the SDN app only forwarding.
 
 The testbed emulates link rates with the queues' ceiling, so port s1-p1 starts as a plain
-fast veth port where a DSCP-marked and an unmarked flow get similar shares. After running the
-rendered script (ovs-vsctl QoS rows with a 50 Mbit/s ceiling + tc classifiers) on the switch,
-the flow marked with the top level's DSCP takes nearly all of the 50 Mbit/s, whichever host
-sends it.
+fast veth port with no queues at all. After running the rendered script (ovs-vsctl QoS rows with
+a 50 Mbit/s ceiling + tc classifiers) on the switch, the flow marked with the top level's DSCP
+takes nearly all of the 50 Mbit/s, whichever host sends it: swapping the marks swaps the shares,
+so the priority follows the mark, not a host or a port. (No throughput is compared before the
+config: two TCP flows on an unshaped veth port are limited by the CPU, and their shares there
+are arbitrary on a loaded 2-core machine -- CI once saw 952 vs 34 Mbit/s with no queues.)
 The app runs with --queue-mode set_queue, whose flows the userspace datapath ignores, so the
 rendered script is the only thing that maps DSCP to queues here.
 """
@@ -54,9 +56,7 @@ def test_rendered_ovs_config_gives_strict_priority(bare_dumbbell):
     port = "s1-p1"  # s1's port to s2, shared by h1->h3 and h2->h4
     assert "htb" not in switch_netns_run(tb, ["tc", "qdisc", "show", "dev", port]).stdout
 
-    a, b = run_pair(tb, TOP, BOTTOM)
-    print(f"no queues yet: A (top DSCP) {a:.1f} B (unmarked) {b:.1f} Mbit/s")
-    assert b > 0.2 * (a + b)  # the mark alone gives no priority: the unmarked flow keeps a real share
+    assert "flowid" not in switch_netns_run(tb, ["tc", "filter", "show", "dev", port]).stdout
 
     # the set_queue rendering's flows replace s1's table 0 (the app's own): real ovs-ofctl must accept
     # them, and forwarding below goes through their goto_table:1 (the datapath ignores set_queue)
