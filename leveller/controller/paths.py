@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, Sequence
 
-from leveller.core.paths import FlowKey, choose_path
+from leveller.core.paths import FlowKey, Router
 from leveller.core.topology import Topology
 from leveller.errors import UserError
 
@@ -38,13 +38,10 @@ class TopologyPaths:
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
+        self.router = Router(topology)
 
     def links(self, flows: Sequence[FlowKey]) -> Mapping[FlowKey, Links | None]:
-        out: dict[FlowKey, Links | None] = {}
-        for f in flows:
-            path = choose_path(self.topology, f)
-            out[f] = None if path is None else path.links
-        return out
+        return {f: self.router.links(f) for f in flows}
 
 
 class SdnPaths:

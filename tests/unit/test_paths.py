@@ -145,3 +145,46 @@ def test_choice_is_the_same_as_picking_from_the_sorted_list(src, dst, sport, dpo
         return
     reference = sorted(tuple(x) for x in nx.all_shortest_paths(graph(LS), p.src_host, p.dst_host))
     assert p.nodes == reference[stable_hash(f) % len(reference)] and p.choices == len(reference)
+
+
+# ---- Router: many flows at once, the same choice as choose_path ---------------------------------
+
+def test_router_picks_exactly_what_choose_path_picks() -> None:
+    from leveller.bench.workload import rail_topology
+    from leveller.core.paths import Router
+
+    for topo in (LS, preset("dumbbell"), preset("leafspine", {"leaves": 4, "spines": 3, "hosts_per_leaf": 3}),
+                 rail_topology(hosts=8, rails=2, leaves=4, spines=2), grid(4)):
+        router = Router(topo)
+        ips = [h.ip for h in topo.hosts] + ["10.9.9.9"]
+        for i, src in enumerate(ips):
+            for dst in ips[i % 3::2]:
+                for sport in (1, 40000, 65535):
+                    f = flow_key(src, dst, sport, 4791, "udp")
+                    p = choose_path(topo, f)
+                    assert router.links(f) == (None if p is None else p.links)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789.", max_size=16) | st.from_regex(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", fullmatch=True))
+def test_fast_ipv4_check_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(text)
+        valid = True
+    except ValueError:
+        valid = False
+    if valid:
+        assert flow_key(text, "10.0.0.1").src == text
+    else:
+        with pytest.raises(UserError, match="src"):
+            flow_key(text, "10.0.0.1")
+
+
+def test_flow_key_is_a_plain_tuple_with_its_methods() -> None:
+    f = flow_key("10.0.0.1", "10.0.0.2", 5, 6, "udp")
+    assert f == ("10.0.0.1", "10.0.0.2", 5, 6, 17) and hash(f) == hash(("10.0.0.1", "10.0.0.2", 5, 6, 17))
+    assert f.reversed() == flow_key("10.0.0.2", "10.0.0.1", 6, 5, "udp")
+    assert f.to_dict() == {"src": "10.0.0.1", "dst": "10.0.0.2", "sport": 5, "dport": 6, "proto": 17}
+    assert sorted([f.reversed(), f]) == [f, f.reversed()]
