@@ -8,18 +8,30 @@ connected parts and the next level is used; when one level is left, every
 remaining flow shares it. Levels are K-1 (highest) .. 0 (lowest). Flows that
 never contend are thus set independently, so K levels serve more than K jobs.
 
+The pairwise graph is never built (it is quadratic in the flows per link). A
+link whose remaining flows belong to two or more jobs joins all of them in
+one part: each such flow has a neighbour of another job there, and flows of
+one job meet through it. A link carrying one job only adds no edge. So the
+parts of a round are the connected components of the flow-link incidence
+restricted to contended links (scipy.sparse.csgraph over integer ids), and a
+flow on no contended link is a part of its own. Work per round is linear in
+the incidence; K rounds.
+
 With no order (the ``fair`` policy) every flow gets level 0. A job's flows
 can land on different levels when they sit in different connected parts.
-Deterministic: ranks come from the order; flows and parts are visited sorted
-by name.
+Deterministic: the result depends only on the order and the flow-link sets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Hashable, Mapping, Optional, Sequence
 
-import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+SMALL_INCIDENCE = 512  # up to this many (flow, link) pairs, prune() runs in plain Python
 
 
 @dataclass(frozen=True)
@@ -27,23 +39,106 @@ class Flow:
     """A flow of ``job`` crossing ``links`` (any hashable link ids, e.g. "s1-s2")."""
 
     job: str
-    links: tuple[str, ...]
+    links: tuple[Hashable, ...]
 
 
-def contention_graph(flows: Mapping[str, Flow]) -> nx.Graph:
-    """Graph with one node per flow and an edge where flows of different jobs share a link."""
-    graph = nx.Graph()
-    by_link: dict[str, list[str]] = {}
-    for name in sorted(flows):
-        graph.add_node(name)
-        for link in flows[name].links:
-            by_link.setdefault(link, []).append(name)
-    for members in by_link.values():
-        for i, a in enumerate(members):
-            for b in members[i + 1:]:
-                if flows[a].job != flows[b].job:
-                    graph.add_edge(a, b)
-    return graph
+def prune(rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links: int, k: int) -> np.ndarray:
+    """Levels (int8, K-1 highest) of flows 0..len(rank)-1 by K rounds of pruning.
+
+    ``rank[f]`` is the position of flow f's job in the order (0 = highest priority; flows of one
+    job share a rank, different jobs differ). The incidence lists one (flow, link) pair per entry:
+    ``inc_flow[i]`` crosses link ``inc_link[i]`` (link ids in 0..n_links-1; a pair may repeat)."""
+    if k < 1:
+        raise ValueError(f"number of levels K must be >= 1, got {k!r}")
+    rank = np.asarray(rank, dtype=np.int64)
+    inc_flow = np.asarray(inc_flow, dtype=np.int64)
+    inc_link = np.asarray(inc_link, dtype=np.int64)
+    n = len(rank)
+    if len(inc_flow) != len(inc_link):
+        raise ValueError(f"incidence arrays differ in length: {len(inc_flow)} flows, {len(inc_link)} links")
+    if len(inc_flow) and (inc_flow.min() < 0 or inc_flow.max() >= n or inc_link.min() < 0
+                          or inc_link.max() >= n_links):
+        raise ValueError("incidence refers to a flow or link id out of range")
+    levels = np.zeros(n, dtype=np.int8)
+    if n == 0 or k == 1:
+        return levels
+    if len(inc_flow) <= SMALL_INCIDENCE:
+        levels[:] = _prune_small(rank.tolist(), inc_flow.tolist(), inc_link.tolist(), k)
+        return levels
+    alive = np.ones(n, dtype=bool)
+    big = np.iinfo(np.int64).max
+    level = k - 1
+    f, lk = inc_flow, inc_link
+    while level > 0:
+        keep = alive[f]
+        f, lk = f[keep], lk[keep]
+        r = rank[f]
+        lo = np.full(n_links, big, dtype=np.int64)
+        hi = np.full(n_links, -1, dtype=np.int64)
+        np.minimum.at(lo, lk, r)
+        np.maximum.at(hi, lk, r)
+        contended = (lo != hi)[lk]  # two or more jobs among the remaining flows of that link
+        cf, cl = f[contended], lk[contended]
+        # bipartite graph: flow nodes 0..n-1, link nodes n..n+n_links-1
+        graph = csr_matrix((np.ones(len(cf), dtype=np.int32), (cf, cl + n)), shape=(n + n_links, n + n_links))
+        ncomp, labels = connected_components(graph, directed=False)
+        part = labels[:n]
+        top = np.full(ncomp, big, dtype=np.int64)
+        np.minimum.at(top, part[alive], rank[alive])
+        chosen = alive & (rank == top[part])
+        levels[chosen] = level
+        alive &= ~chosen
+        level -= 1
+        if not alive.any():
+            break
+    return levels
+
+
+def _prune_small(rank: list[int], inc_flow: list[int], inc_link: list[int], k: int) -> list[int]:
+    """prune() in plain Python with union-find: for small inputs, where numpy's and scipy's fixed
+    cost per call (about 0.25 ms) would dominate (the link simulator decides thousands of times)."""
+    n = len(rank)
+    links_of: list[list[int]] = [[] for _ in range(n)]
+    for f, lk in zip(inc_flow, inc_link):
+        links_of[f].append(lk)
+    levels = [0] * n
+    alive = list(range(n))
+    for level in range(k - 1, 0, -1):
+        on_link: dict[int, list[int]] = {}
+        for f in alive:
+            for lk in links_of[f]:
+                on_link.setdefault(lk, []).append(f)
+        parent = list(range(n))
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for members in on_link.values():
+            first = rank[members[0]]
+            if any(rank[f] != first for f in members):  # contended: join every flow on it
+                root = find(members[0])
+                for f in members[1:]:
+                    other = find(f)
+                    if other != root:
+                        parent[other] = root
+        top: dict[int, int] = {}
+        for f in alive:
+            root = find(f)
+            if rank[f] < top.get(root, rank[f] + 1):
+                top[root] = rank[f]
+        rest = []
+        for f in alive:
+            if rank[f] == top[find(f)]:
+                levels[f] = level
+            else:
+                rest.append(f)
+        alive = rest
+        if not alive:
+            break
+    return levels
 
 
 def assign_levels(order: Optional[Sequence[str]], flows: Mapping[str, Flow], k: int) -> dict[str, int]:
@@ -52,24 +147,22 @@ def assign_levels(order: Optional[Sequence[str]], flows: Mapping[str, Flow], k: 
         raise ValueError(f"number of levels K must be >= 1, got {k!r}")
     if order is None:
         return {name: 0 for name in flows}
-    rank = {job: i for i, job in enumerate(order)}
-    if len(rank) != len(order):
+    rank_of = {job: i for i, job in enumerate(order)}
+    if len(rank_of) != len(order):
         raise ValueError(f"job order has duplicates: {list(order)}")
-    unknown = sorted({f.job for f in flows.values()} - rank.keys())
+    unknown = sorted({f.job for f in flows.values()} - rank_of.keys())
     if unknown:
         raise ValueError(f"flows name jobs missing from the order: {unknown}")
-    graph = contention_graph(flows)
-    levels: dict[str, int] = {}
-    level = k - 1
-    while level > 0 and graph.number_of_nodes():
-        chosen: list[str] = []
-        for part in nx.connected_components(graph):
-            top = min(rank[flows[f].job] for f in part)
-            chosen.extend(f for f in part if rank[flows[f].job] == top)
-        for f in chosen:
-            levels[f] = level
-        graph.remove_nodes_from(chosen)
-        level -= 1
-    for f in graph.nodes:
-        levels[f] = 0
-    return {name: levels[name] for name in flows}
+    names = list(flows)
+    link_ids: dict[Hashable, int] = {}
+    inc_flow: list[int] = []
+    inc_link: list[int] = []
+    rank = np.empty(len(names), dtype=np.int64)
+    for i, name in enumerate(names):
+        flow = flows[name]
+        rank[i] = rank_of[flow.job]
+        for link in flow.links:
+            inc_flow.append(i)
+            inc_link.append(link_ids.setdefault(link, len(link_ids)))
+    levels = prune(rank, np.array(inc_flow, dtype=np.int64), np.array(inc_link, dtype=np.int64), len(link_ids), k)
+    return dict(zip(names, levels.tolist()))

@@ -73,3 +73,26 @@ def test_bad_input(capsys, tmp_path, data, k, words) -> None:  # type: ignore[no
 def test_missing_file(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert main(["levels", "--input", str(tmp_path / "nope.json"), "--levels", "2"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_too_many_flows_are_refused_before_any_work(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import leveller.commands.levels as levels_cmd
+
+    monkeypatch.setattr(levels_cmd, "MAX_FLOWS", 4)
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "2", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "'flows' has 5 flows; at most 4" in err
+    monkeypatch.setattr(levels_cmd, "MAX_FILE_BYTES", 100)
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "2", "--json"]) == 2
+    assert "MiB; at most" in capsys.readouterr().err
+
+
+def test_long_tables_are_cut_with_a_note(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import leveller.commands.levels as levels_cmd
+
+    monkeypatch.setattr(levels_cmd, "MAX_TABLE_ROWS", 2)
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 more flows (--json prints them all)" in out
+    assert "f1" in out and "S1,S2" in out  # highest level first, with its links
+

@@ -2,9 +2,13 @@
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import numpy as np
 import pytest
 
-from leveller.core.levels import Flow, assign_levels, contention_graph
+import leveller.core.levels as levels_module
+from leveller.core.levels import Flow, assign_levels
+from leveller.core.policies import LevellerPolicy
+from tests.levels_oracle import contention_graph, oracle_levels
 
 
 def fig6_flows() -> dict[str, Flow]:
@@ -106,3 +110,104 @@ def test_levels_respect_the_order_on_every_contended_link(case) -> None:  # type
         # and they share a level only at the bottom.
         assert lv[hi] >= lv[lo]
         assert lv[hi] > lv[lo] or lv[hi] == 0
+
+
+# ---- equality with the pairwise-graph oracle (tests/levels_oracle.py) ------------------------------
+
+@st.composite
+def contention_cases(draw):  # type: ignore[no-untyped-def]
+    """Orders, flows and K covering ties in rank (one job, many flows), K = 1, disconnected parts
+    (more links than flows) and a job whose flows sit in different parts."""
+    njobs = draw(st.integers(1, 6))
+    nlinks = draw(st.integers(1, 12))
+    links = [f"L{i}" for i in range(nlinks)]
+    nflows = draw(st.integers(0, 24))
+    flows = {}
+    for i in range(nflows):
+        on = draw(st.lists(st.sampled_from(links), min_size=1, max_size=4, unique=True))
+        flows[f"f{i}"] = Flow(f"J{draw(st.integers(0, njobs - 1))}", tuple(on))
+    order = draw(st.permutations([f"J{j}" for j in range(njobs)]))
+    return order, flows, draw(st.sampled_from([1, 1, 2, 3, 8]) | st.integers(1, 8))
+
+
+@settings(max_examples=400, deadline=None)
+@given(contention_cases())
+def test_pruning_equals_the_pairwise_graph_oracle(case) -> None:  # type: ignore[no-untyped-def]
+    order, flows, k = case
+    assert assign_levels(order, flows, k) == oracle_levels(order, flows, k)
+
+
+@settings(max_examples=150, deadline=None)
+@given(contention_cases())
+def test_numpy_and_small_input_paths_agree_with_the_oracle(case) -> None:  # type: ignore[no-untyped-def]
+    order, flows, k = case
+    names = list(flows)
+    rank_of = {j: i for i, j in enumerate(order)}
+    link_ids: dict[str, int] = {}
+    inc = [(i, link_ids.setdefault(lk, len(link_ids))) for i, n in enumerate(names) for lk in flows[n].links]
+    rank = np.array([rank_of[flows[n].job] for n in names], dtype=np.int64)
+    f = np.array([a for a, _ in inc], dtype=np.int64)
+    lk = np.array([b for _, b in inc], dtype=np.int64)
+    want = oracle_levels(order, flows, k)
+    for small in (10**9, -1):  # every input through the plain-Python path, then through numpy/scipy
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(levels_module, "SMALL_INCIDENCE", small)
+            got = levels_module.prune(rank, f, lk, len(link_ids), k)
+        assert dict(zip(names, got.tolist())) == want
+
+
+def test_a_job_split_across_parts_takes_the_top_of_one_part_only() -> None:
+    # J2 is best overall but its f2b contends only with J1 on L2, whose other part is ruled by J0.
+    flows = {"f0": Flow("J0", ("L1",)), "f2a": Flow("J2", ("L1",)), "f2b": Flow("J2", ("L2",)),
+             "f1": Flow("J1", ("L2",)), "g": Flow("J3", ("L3",))}
+    order = ["J0", "J2", "J1", "J3"]
+    want = {"f0": 2, "f2a": 1, "f2b": 2, "f1": 1, "g": 2}
+    assert oracle_levels(order, flows, 3) == want
+    assert assign_levels(order, flows, 3) == want
+
+
+def test_prune_refuses_inconsistent_arrays() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        levels_module.prune(np.zeros(2), np.array([0, 1]), np.array([0]), 1, 2)
+    with pytest.raises(ValueError, match="out of range"):
+        levels_module.prune(np.zeros(2), np.array([0, 2]), np.array([0, 0]), 1, 2)
+    with pytest.raises(ValueError, match="out of range"):
+        levels_module.prune(np.zeros(2), np.array([0, 1]), np.array([0, 3]), 1, 2)
+    with pytest.raises(ValueError, match="K must be >= 1"):
+        levels_module.prune(np.zeros(1), np.array([0]), np.array([0]), 1, 0)
+
+
+def test_a_flow_listing_a_link_twice_is_one_crossing() -> None:
+    flows = {"a": Flow("A", ("L", "L")), "b": Flow("B", ("L",))}
+    assert assign_levels(["B", "A"], flows, 2) == oracle_levels(["B", "A"], flows, 2) == {"a": 0, "b": 1}
+
+
+@pytest.mark.parametrize("n", [400, 3000])
+def test_generated_cluster_levels_equal_the_oracle(n: int) -> None:
+    """The rail-optimised 1,024-GPU cluster of the benchmark (a small cut: the oracle is quadratic)."""
+    from leveller.bench.workload import generate, levels_input
+    from leveller.commands.levels import decide_levels, parse_input
+
+    data = levels_input(generate(n, seed=3))
+    inp = parse_input(data)
+    flows = {name: Flow(spec["job"], tuple(spec["links"])) for name, spec in data["flows"].items()}
+    order = LevellerPolicy().order(inp.jobs)
+    want = oracle_levels(order, flows, 8)
+    assert dict(zip(inp.names, decide_levels(inp, 8))) == want
+    assert len(set(want.values())) >= 3  # the cut is contended enough to use several levels
+
+
+@settings(max_examples=150, deadline=None)
+@given(contention_cases(), st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75]), min_size=6, max_size=6))
+def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:  # type: ignore[no-untyped-def]
+    """Through `leveller levels`' own parsing: equal R keeps the file's job order (the oracle gets the
+    policy's order, computed independently of the pruning)."""
+    from leveller.commands.levels import decide_levels, parse_input
+
+    order, flows, k = case
+    jobs = sorted(order, key=lambda j: -int(j[1:]))  # file order differs from the names' order
+    data = {"jobs": {j: {"rate": rates[int(j[1:])]} for j in jobs},
+            "flows": {n: {"job": f.job, "links": list(f.links)} for n, f in flows.items()}}
+    by_rate = [j for _, _, j in sorted((rates[int(j[1:])], pos, j) for pos, j in enumerate(jobs))]
+    inp = parse_input(data)
+    assert dict(zip(inp.names, decide_levels(inp, k))) == oracle_levels(by_rate, flows, k)
