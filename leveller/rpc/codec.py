@@ -28,11 +28,13 @@ def _no_constant(name: str) -> Any:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise SchemaError(key, "duplicate key")
-        out[key] = value
+    out = dict(pairs)  # C speed; a repeated key shows as a shorter dict
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise SchemaError(key, "duplicate key")
+            seen.add(key)
     return out
 
 

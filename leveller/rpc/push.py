@@ -23,8 +23,8 @@ import grpc
 
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
-from leveller.rpc.schema import VERSION, LevelsReply, _int, _num, check_name, _obj, _version, reply_from_wire, \
-    reply_to_wire
+from leveller.rpc.schema import VERSION, LevelsReply, _int, _num, check_name, _obj, _version, encode_reply, \
+    reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
 WATCH = f"/{SERVICE}/Watch"
@@ -74,7 +74,7 @@ def watch_method(handler: WatchHandler, secret: bytes, clock: Callable[[], float
             slots.release()
         if reply is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
-        out = encode(reply_to_wire(reply))
+        out = encode_reply(reply)
         context.set_trailing_metadata(auth.metadata(secret, WATCH + "#reply", clock(), out))
         return out
 

@@ -28,14 +28,16 @@ line it reads, so it never builds a report the controller would refuse.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import socket
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from leveller.core.paths import FlowKey, flow_key
 from leveller.errors import UserError
-from leveller.rpc.codec import SchemaError
+from leveller.rpc.codec import SchemaError, encode
 from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
 VERSION = 1
@@ -48,6 +50,8 @@ MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock
 MAX_IDEAL_S = 86400.0  # an ideal iteration time above one day is a unit or data error (and would make R explode)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
+_inet_pton = socket.inet_pton
+_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
 
 
@@ -60,8 +64,7 @@ class JobReport:
     recent: tuple[tuple[int, float], ...] = ()  # (iteration number, unix end time), oldest first
 
 
-@dataclass(frozen=True)
-class FlowReport:
+class FlowReport(NamedTuple):  # tuples: a controller builds 100,000 of them per second
     key: FlowKey
     job: str
     bytes: int
@@ -76,8 +79,7 @@ class Report:
     seq: int = 0
 
 
-@dataclass(frozen=True)
-class FlowLevel:
+class FlowLevel(NamedTuple):
     key: FlowKey
     job: str
     level: int
@@ -217,7 +219,8 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
 
 
 def report_to_wire(report: Report) -> dict[str, Any]:
-    flows = [dict(f.key.to_dict(), job=f.job, bytes=f.bytes) for f in report.flows]
+    flows = [{"src": k.src, "dst": k.dst, "sport": k.sport, "dport": k.dport, "proto": k.proto, "job": job,
+              "bytes": nbytes} for k, job, nbytes in report.flows]
     return {"v": VERSION, "host": report.host, "run": report.run, "seq": report.seq,
             "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
 
@@ -238,26 +241,93 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
             raise SchemaError(f"jobs[{i}].job", f"{job.job!r} appears twice")
         seen.add(job.job)
         jobs.append(job)
-    flows: list[FlowReport] = []
-    for f, raw, key, job in _flow_entries(msg["flows"], ("bytes",)):
-        if job not in seen:
-            raise SchemaError(f"{f}.job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
-        flows.append(FlowReport(key, job, _int(raw["bytes"], f"{f}.bytes", 0, 2**63 - 1)))
+    items = _list(msg["flows"], "flows", MAX_FLOWS)
+    flows = _plain_report_flows(items, seen)
+    if flows is None:  # some entry is unusual: the full checks, whose errors name the field
+        flows = []
+        for i, raw, key, job in _flow_entries(items, ("bytes",), seen):
+            if job not in seen:
+                raise SchemaError(f"flows[{i}].job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
+            flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, 2**63 - 1)))
     return Report(host, tuple(jobs), tuple(flows), run, seq)
 
 
-def _flow_entries(items: Any, extra: tuple[str, ...]) -> Iterator[tuple[str, Any, FlowKey, str]]:
+_REPORT_FLOW_FIELDS = frozenset(FLOW_KEYS + ("job", "bytes"))
+
+
+def _plain_report_flows(items: list[Any], jobs: set[str]) -> list[FlowReport] | None:
+    """The flows of a report whose every entry is plain (exactly the fields, right types and ranges,
+    a job of the report, no flow twice), in one tight loop; None as soon as one is not. This is the
+    controller's hot path: 1,000 agents x 100 flows every second."""
+    out: list[FlowReport] = []
+    seen: set[FlowKey] = set()
+    pton, af, protos, new = _inet_pton, socket.AF_INET, _PROTOS, tuple.__new__
+    try:
+        for raw in items:
+            if raw.keys() != _REPORT_FLOW_FIELDS:
+                return None
+            src, dst, sport, dport = raw["src"], raw["dst"], raw["sport"], raw["dport"]
+            proto, job, nbytes = raw["proto"], raw["job"], raw["bytes"]
+            if not (type(sport) is int and type(dport) is int and type(nbytes) is int and type(src) is str
+                    and type(dst) is str and (type(proto) is int or type(proto) is str) and 0 <= sport <= 65535
+                    and 0 <= dport <= 65535 and 0 <= nbytes < 2**63 and job in jobs):
+                return None
+            number = protos.get(proto)
+            if number is None:
+                return None
+            pton(af, src)  # exactly the dotted quads ipaddress takes (no leading zeros, 4 parts)
+            pton(af, dst)
+            key = new(FlowKey, (src, dst, sport, dport, number))
+            if key in seen:
+                return None
+            seen.add(key)
+            out.append(new(FlowReport, (key, job, nbytes)))
+    except (AttributeError, OSError, TypeError, ValueError):  # not a dict, bad address, unhashable job
+        return None
+    return out
+
+
+def _flow_entries(items: Any, extra: tuple[str, ...],
+                  names: frozenset[str] | set[str] = frozenset()) -> Iterator[tuple[int, Any, FlowKey, str]]:
     """The entries of a ``flows`` list, each checked for its keys, its 5-tuple (no flow twice) and its
-    job name: (field path, raw entry, flow key, job)."""
+    job name (``names`` are known to be valid): (index, raw entry, flow key, job)."""
     keys: set[FlowKey] = set()
+    fields = FLOW_KEYS + ("job",) + extra
+    allowed = frozenset(fields)
     for i, raw in enumerate(_list(items, "flows", MAX_FLOWS)):
-        f = f"flows[{i}]"
-        _obj(raw, f, FLOW_KEYS + ("job",) + extra)
-        key = _flow(raw, f)
+        key = _plain_flow(raw, allowed, names)
+        if key is None:  # anything unusual: the full checks, whose errors name the field
+            f = f"flows[{i}]"
+            _obj(raw, f, fields)
+            key = _flow(raw, f)
+            job = check_name(raw["job"], f"{f}.job")
+        else:
+            job = raw["job"]
         if key in keys:
-            raise SchemaError(f, f"flow {flow_label(key)} appears twice")
+            raise SchemaError(f"flows[{i}]", f"flow {flow_label(key)} appears twice")
         keys.add(key)
-        yield f, raw, key, check_name(raw["job"], f"{f}.job")
+        yield i, raw, key, job
+
+
+def _plain_flow(raw: Any, allowed: frozenset[str], names: frozenset[str] | set[str]) -> FlowKey | None:
+    """The key of a well-formed flow entry with exactly the ``allowed`` fields and a valid job name, or
+    None. The common case at 100,000 flows per second: type checks and C parsers, no regex, no objects."""
+    if type(raw) is not dict or raw.keys() != allowed:
+        return None
+    src, dst, sport, dport, proto, job = raw["src"], raw["dst"], raw["sport"], raw["dport"], raw["proto"], raw["job"]
+    if not (type(sport) is int and type(dport) is int and 0 <= sport <= 65535 and 0 <= dport <= 65535
+            and type(src) is str and type(dst) is str and type(job) is str and type(proto) in (int, str)
+            and (job in names or _NAME.fullmatch(job))):
+        return None
+    number = _PROTOS.get(proto)
+    if number is None:
+        return None
+    try:  # inet_pton takes exactly the dotted quads ipaddress takes (no leading zeros, 4 parts)
+        _inet_pton(socket.AF_INET, src)
+        _inet_pton(socket.AF_INET, dst)
+    except (OSError, ValueError):
+        return None
+    return FlowKey(src, dst, sport, dport, number)
 
 
 # ---- LevelsReply ---------------------------------------------------------------------------------
@@ -265,7 +335,20 @@ def _flow_entries(items: Any, extra: tuple[str, ...]) -> Iterator[tuple[str, Any
 def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
     return {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s, "decision_age_s": reply.decision_age_s,
             "dscp_by_level": list(reply.dscp_by_level),
-            "flows": [dict(f.key.to_dict(), job=f.job, level=f.level) for f in reply.flows]}
+            "flows": [{"src": k.src, "dst": k.dst, "sport": k.sport, "dport": k.dport, "proto": k.proto,
+                       "job": job, "level": level} for k, job, level in reply.flows]}
+
+
+def encode_reply(reply: LevelsReply) -> bytes:
+    """``codec.encode(reply_to_wire(reply))``, byte for byte, at a fraction of the cost: a controller
+    answers ~100,000 flows per second. Flow entries are formatted directly in sorted key order; their
+    strings go through json's own C escaping."""
+    esc = _json_string
+    flows = ",".join([f'{{"dport":{k.dport},"dst":{esc(k.dst)},"job":{esc(job)},"level":{level},'
+                      f'"proto":{k.proto},"sport":{k.sport},"src":{esc(k.src)}}}' for k, job, level in reply.flows])
+    head = encode({"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
+                   "decision_age_s": reply.decision_age_s, "dscp_by_level": list(reply.dscp_by_level), "flows": []})
+    return head.replace(b'"flows":[]', b'"flows":[' + flows.encode() + b"]", 1)
 
 
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
@@ -283,8 +366,8 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
         raise SchemaError("dscp_by_level", f"{list(dscp)} has duplicates; one distinct DSCP per level")
     known = None if known_jobs is None else set(known_jobs)
     flows: list[FlowLevel] = []
-    for f, raw, key, job in _flow_entries(msg["flows"], ("level",)):
+    for i, raw, key, job in _flow_entries(msg["flows"], ("level",)):
         if known is not None and job not in known:
-            raise SchemaError(f"{f}.job", f"{job!r} is not a job of this host (known: {sorted(known)})")
-        flows.append(FlowLevel(key, job, _int(raw["level"], f"{f}.level", 0, len(dscp) - 1)))
+            raise SchemaError(f"flows[{i}].job", f"{job!r} is not a job of this host (known: {sorted(known)})")
+        flows.append(FlowLevel(key, job, _int(raw["level"], f"flows[{i}].level", 0, len(dscp) - 1)))
     return LevelsReply(epoch, lease, dscp, tuple(flows), age)

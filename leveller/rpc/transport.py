@@ -24,8 +24,8 @@ import grpc
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
-from leveller.rpc.schema import LevelsReply, Report, VERSION, report_from_wire, report_to_wire, \
-    reply_from_wire, reply_to_wire
+from leveller.rpc.schema import LevelsReply, Report, VERSION, encode_reply, report_from_wire, report_to_wire, \
+    reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
 REPORT = f"/{SERVICE}/Report"
@@ -66,7 +66,7 @@ class _Service:
         self.replay = ReplayGuard()
 
     def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
-              work: Callable[[dict[str, Any], float, float], dict[str, Any]]) -> bytes:
+              work: Callable[[dict[str, Any], float, float], dict[str, Any] | bytes]) -> bytes:
         now = self.clock()
         try:
             sent_at = auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
@@ -74,7 +74,8 @@ class _Service:
             self.on_reject("auth")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         try:
-            out = encode(work(decode(body, self.max_bytes), now, sent_at))
+            out = work(decode(body, self.max_bytes), now, sent_at)
+            out = out if isinstance(out, bytes) else encode(out)
         except SchemaError as exc:
             self.on_reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -85,11 +86,11 @@ class _Service:
         return out
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        def work(msg: dict[str, Any], now: float, sent_at: float) -> dict[str, Any]:
+        def work(msg: dict[str, Any], now: float, sent_at: float) -> bytes:
             report = report_from_wire(msg)
             # a report refused by the handler afterwards still used up its number: harmless, the next is higher
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
-            return reply_to_wire(self.handler.report(report, now))
+            return encode_reply(self.handler.report(report, now))
         return self._call(REPORT, body, context, work)
 
     def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:

@@ -6,11 +6,14 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import leveller.rpc.schema as schema
 from leveller.core.paths import flow_key
 from leveller.rpc.codec import SchemaError, decode, encode
-from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, reply_from_wire,
-                                 reply_to_wire, report_from_wire, report_to_wire)
+from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, encode_reply,
+                                 reply_from_wire, reply_to_wire, report_from_wire, report_to_wire)
 
 KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
 
@@ -135,3 +138,78 @@ def test_codec_rejects_oversize_and_never_emits_nan() -> None:
         decode(b'{"a": "' + b"x" * 100 + b'"}', max_bytes=50)
     with pytest.raises(ValueError):
         encode({"x": float("nan")})
+
+
+# ---- the controller's fast paths give exactly what the full checks give ------------------------------
+
+FLOW_VALUES = {
+    "src": st.sampled_from(["10.0.0.1", "10.0.0.256", "010.0.0.1", "10.0.0", "10.0.0.1\x00", "fd00::1", 7, None]),
+    "dst": st.sampled_from(["10.0.0.3", "192.168.1.1", "1.2.3.4 ", "", ["10.0.0.3"]]),
+    "sport": st.sampled_from([0, 1, 65535, 65536, -1, True, 1.0, "80"]),
+    "dport": st.sampled_from([4791, 0, 70000, False, None]),
+    "proto": st.sampled_from([6, 17, "tcp", "udp", "icmp", 1, True, 6.0, "TCP"]),
+    "job": st.sampled_from(["j1", "j2", "ghost", "bad name", 3, ["j1"]]),
+    "bytes": st.sampled_from([0, 5, 2**63 - 1, 2**63, -1, True, 1.5]),
+}
+
+
+@st.composite
+def flow_entries(draw):  # type: ignore[no-untyped-def]
+    entry = {k: draw(v) for k, v in FLOW_VALUES.items()}
+    for name in draw(st.lists(st.sampled_from(list(FLOW_VALUES) + ["extra"]), max_size=2, unique=True)):
+        if name == "extra":
+            entry["extra"] = 1
+        else:
+            del entry[name]
+    return entry
+
+
+def _full_checks(msg: dict[str, Any]) -> Report:
+    """report_from_wire with the tight loop switched off: the generic, field-naming path only."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schema, "_plain_report_flows", lambda items, jobs: None)
+        return report_from_wire(msg)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(flow_entries(), st.just(dict(good_report()["flows"][0]))), max_size=4))
+def test_fast_report_validation_equals_the_full_checks(entries: list[dict[str, Any]]) -> None:
+    msg = good_report()
+    msg["flows"] = entries
+    try:
+        want: Any = _full_checks(copy.deepcopy(msg))
+    except SchemaError as exc:
+        want = ("error", exc.field, str(exc))
+    try:
+        got: Any = report_from_wire(copy.deepcopy(msg))
+    except SchemaError as exc:
+        got = ("error", exc.field, str(exc))
+    assert got == want
+
+
+def test_many_plain_flows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    msg = good_report()
+    msg["flows"] = [dict(msg["flows"][0], sport=i) for i in range(100)]
+    slow = []
+    real = schema._flow_entries
+    monkeypatch.setattr(schema, "_flow_entries", lambda *a: slow.append(1) or real(*a))
+    assert len(report_from_wire(msg).flows) == 100 and not slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.builds("10.{}.{}.{}".format, st.integers(0, 255), st.integers(0, 255),
+                                    st.integers(0, 255)), st.integers(0, 65535),
+                          st.sampled_from([6, 17]), st.sampled_from(["j1", "a.b:c-d_9", "J"]), st.integers(0, 7)),
+                max_size=20),
+       st.integers(0, 2**63 - 1), st.floats(0.001, 86400), st.floats(0, 1e6))
+def test_encode_reply_is_byte_for_byte_the_codec(flows, epoch, lease, age) -> None:  # type: ignore[no-untyped-def]
+    levels = tuple(FlowLevel(flow_key("10.0.0.1", dst, port, 4791, proto), job, lvl)
+                   for dst, port, proto, job, lvl in flows)
+    reply = LevelsReply(epoch, lease, (0, 8, 16, 24, 32, 40, 10, 18), levels, age)
+    assert encode_reply(reply) == encode(reply_to_wire(reply))
+
+
+def test_codec_names_a_duplicate_key_at_any_depth() -> None:
+    with pytest.raises(SchemaError) as info:
+        decode(b'{"v": 1, "flows": [{"src": "a", "dport": 1, "src": "b"}]}')
+    assert info.value.field == "src"
