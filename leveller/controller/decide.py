@@ -1,24 +1,28 @@
 """The per-tau decision: rates -> policy order -> K levels per flow. Pure: ``now`` is an argument.
 
 It calls leveller.core exactly as the simulators do (progress_rate, a Policy,
-assign_levels). Jobs being profiled rank first (the policy does that); jobs
-waiting for their turn to be profiled have no ideal time yet and count as
-R = 0 (just started, least advanced). Flows whose path is unknown are put on
-one shared pseudo-link, so they contend with each other but with no known flow.
+the pruning of leveller.core.levels). Jobs being profiled rank first (the
+policy does that); jobs waiting for their turn to be profiled have no ideal
+time yet and count as R = 0 (just started, least advanced). Flows whose path
+is unknown are put on one shared pseudo-link, so they contend with each other
+but with no known flow. Flows are numpy rows of a FlowSnapshot
+(leveller.controller.flowtable): no per-flow Python work in a decision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
-from leveller.core.levels import Flow, assign_levels
+import numpy as np
+
+from leveller.controller.flowtable import UNKNOWN_PATH, FlowSnapshot, FlowTable
+from leveller.core.levels import prune
 from leveller.core.paths import FlowKey
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import progress_rate
-from leveller.rpc.schema import flow_label
 
-UNKNOWN_PATH = "?unknown-path"
+__all__ = ["UNKNOWN_PATH", "Decision", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
 MAX_SHAPE_S = 86400.0  # compute / communication seconds per iteration in --job-shape
 MAX_GPUS = 1_000_000
@@ -62,12 +66,54 @@ def parse_shape(text: str) -> tuple[str, JobShape]:
     return check_job_name(job), JobShape(compute, comm, gpus)
 
 
+class FlowLevels(Mapping[FlowKey, int]):
+    """flow -> level of one decision (a read-only view over its arrays)."""
+
+    def __init__(self, flows: FlowSnapshot, levels: np.ndarray) -> None:
+        self.flows, self.array = flows, levels
+
+    def __getitem__(self, key: FlowKey) -> int:
+        r = self.flows.row(key)
+        if r is None:
+            raise KeyError(key)
+        return int(self.array[r])
+
+    def __iter__(self) -> Iterator[FlowKey]:
+        keys = self.flows.keys
+        return (keys[i] for i in self.flows.flow_ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.flows)
+
+
+class FlowLinks(Mapping[FlowKey, tuple[str, ...]]):
+    """flow -> links of one decision (UNKNOWN_PATH for a flow without a known path)."""
+
+    def __init__(self, flows: FlowSnapshot) -> None:
+        self.flows = flows
+
+    def __getitem__(self, key: FlowKey) -> tuple[str, ...]:
+        r = self.flows.row(key)
+        if r is None:
+            raise KeyError(key)
+        names = self.flows.link_names
+        return tuple(names[j] for j in self.flows.path[r].tolist() if j >= 0)
+
+    def __iter__(self) -> Iterator[FlowKey]:
+        return iter(FlowLevels(self.flows, np.empty(0)))
+
+    def __len__(self) -> int:
+        return len(self.flows)
+
+
 @dataclass(frozen=True)
 class Decision:
     order: list[str] | None
     rates: dict[str, float | None]
-    levels: dict[FlowKey, int]
-    links: dict[FlowKey, tuple[str, ...]]
+    levels: Mapping[FlowKey, int]
+    links: Mapping[FlowKey, tuple[str, ...]]
+    flows: FlowSnapshot | None = None
+    level_array: np.ndarray | None = None  # level of row r of ``flows``
 
 
 def job_rate(job: JobInput, now: float) -> float | None:
@@ -81,11 +127,10 @@ def job_rate(job: JobInput, now: float) -> float | None:
     return rate if rate <= MAX_RATE else MAX_RATE  # also maps an infinite or NaN R to the cap
 
 
-def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],
-           links: Mapping[FlowKey, tuple[str, ...] | None], policy: Policy, k: int, now: float,
-           shapes: Mapping[str, JobShape] | None = None) -> Decision:
-    """Levels for ``flows`` (flow -> job) given each flow's links; every flow's job must be in ``jobs``.
-    ``shapes`` gives GPUs / compute / communication per job, which Crux ranks by."""
+def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
+         shapes: Mapping[str, JobShape] | None = None) -> tuple[list[str] | None, dict[str, float | None]]:
+    """(policy order, R per job) at ``now``. ``shapes`` gives GPUs / compute / communication per job,
+    which Crux ranks by."""
     rates = {j.name: job_rate(j, now) for j in jobs}
     shapes = shapes or {}
     views = []
@@ -95,9 +140,41 @@ def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],
         views.append(JobView(j.name, rate=rate, profiling=j.profiling,
                              gpus=shape.gpus if shape else 1, compute=shape.compute if shape else None,
                              comm=shape.comm if shape else None))
-    order = policy.order(views)
-    resolved = {f: (links.get(f) or (UNKNOWN_PATH,)) for f in flows}
-    named = {flow_label(f): Flow(flows[f], tuple(resolved[f])) for f in flows}
-    by_label = {flow_label(f): f for f in flows}
-    levels = assign_levels(order, named, k)
-    return Decision(order, rates, {by_label[n]: lvl for n, lvl in levels.items()}, resolved)
+    return policy.order(views), rates
+
+
+def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int) -> np.ndarray:
+    """Level of every row of ``flows`` (int8) by pruning; every flow's job must be in ``order``."""
+    if order is None:
+        return np.zeros(len(flows), dtype=np.int8)
+    rank_by_job = np.full(len(flows.job_names), -1, dtype=np.int64)
+    for i, name in enumerate(order):
+        jid = flows.job_ids.get(name)
+        if jid is not None and jid < len(rank_by_job):
+            rank_by_job[jid] = i
+    ranks = rank_by_job[flows.job]
+    if len(ranks) and ranks.min() < 0:
+        missing = sorted({flows.job_names[j] for j in np.unique(flows.job[ranks < 0]).tolist()})
+        raise ValueError(f"flows name jobs missing from the order: {missing}")
+    present = flows.path >= 0
+    rows = np.nonzero(present)[0]
+    return prune(ranks, rows, flows.path[present], len(flows.link_names), k)
+
+
+def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Policy, k: int, now: float,
+                    shapes: Mapping[str, JobShape] | None = None) -> Decision:
+    """The decision for the flows of a snapshot (every flow's job must be in ``jobs``)."""
+    order, rates = rank(jobs, policy, now, shapes)
+    levels = flow_levels(order, flows, k)
+    return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels)
+
+
+def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],
+           links: Mapping[FlowKey, tuple[str, ...] | None], policy: Policy, k: int, now: float,
+           shapes: Mapping[str, JobShape] | None = None) -> Decision:
+    """Levels for ``flows`` (flow -> job) given each flow's links; every flow's job must be in ``jobs``.
+    ``shapes`` gives GPUs / compute / communication per job, which Crux ranks by."""
+    table = FlowTable()
+    table.update_host("", flows.items())
+    table.set_links([(f, links.get(f)) for f in flows])
+    return decide_snapshot(jobs, table.snapshot(table.live()), policy, k, now, shapes)

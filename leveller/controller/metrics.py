@@ -1,31 +1,86 @@
-"""Prometheus metrics of the controller, in its own registry (no global state)."""
+"""Prometheus metrics of the controller, in its own registry (no global state).
+
+Counters and the step-time histogram are updated as events happen. Everything
+that describes the latest decision (R, iterations and levels per job and flow)
+is computed when Prometheus scrapes, from the decision the controller last
+published: a decision step, on its way to the agents, does no metrics work.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+MAX_FLOW_SERIES = 1000  # leveller_flow_level per flow up to this many flows; leveller_flows always
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the last decision step left for the metrics: the jobs it ranked, the decision, live agents."""
+
+    jobs: Sequence[Any]  # controller.decide.JobInput
+    decision: Any  # controller.decide.Decision
+    agents_live: int
+
+
+class DecisionCollector:
+    """Gauges of the last published decision, built at scrape time."""
+
+    def __init__(self, source: Callable[[], Published | None], levels: int,
+                 label: Callable[[Any], str]) -> None:
+        self.source, self.levels, self.label = source, levels, label
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # families vary with the decision: collected on each scrape only
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.source()
+        rate = GaugeMetricFamily("leveller_job_rate", "normalized progress rate R of a job", labels=["job"])
+        iters = GaugeMetricFamily("leveller_job_iterations", "iterations done", labels=["job"])
+        ideal = GaugeMetricFamily("leveller_job_ideal_seconds", "ideal iteration time", labels=["job"])
+        profiling = GaugeMetricFamily("leveller_job_profiling", "1 while the ideal time is measured",
+                                      labels=["job"])
+        flow_level = GaugeMetricFamily("leveller_flow_level", "priority level of a flow (K-1 highest)",
+                                       labels=["flow", "job"])
+        at_level = GaugeMetricFamily("leveller_flows", "flows of a job at a priority level", labels=["job", "level"])
+        live = GaugeMetricFamily("leveller_agents_live", "agents that reported recently")
+        if p is not None:
+            for j in p.jobs:
+                iters.add_metric([j.name], j.iterations)
+                profiling.add_metric([j.name], 1 if j.profiling else 0)
+                if j.ideal_time is not None:
+                    ideal.add_metric([j.name], j.ideal_time)
+                r = p.decision.rates.get(j.name)
+                if r is not None:
+                    rate.add_metric([j.name], r)
+            flows, levels, k = p.decision.flows, p.decision.level_array, self.levels
+            if flows is not None and levels is not None and len(flows):
+                counts = np.bincount(flows.job.astype(np.int64) * k + levels, minlength=len(flows.job_names) * k)
+                for pair in np.flatnonzero(counts).tolist():
+                    at_level.add_metric([flows.job_names[pair // k], str(pair % k)], int(counts[pair]))
+                if len(flows) <= MAX_FLOW_SERIES:  # one series per flow only where that stays readable
+                    for i, job, level in zip(flows.flow_ids.tolist(), flows.job.tolist(), levels.tolist()):
+                        flow_level.add_metric([self.label(flows.keys[i]), flows.job_names[job]], level)
+            live.add_metric([], p.agents_live)
+        yield from (rate, iters, ideal, profiling, flow_level, at_level, live)
 
 
 class ControllerMetrics:
-    """Gauges rewritten every step (jobs and flows that left disappear); counters for events."""
+    """Counters for events; the decision's gauges come from ``published`` (see DecisionCollector)."""
 
-    def __init__(self) -> None:
+    def __init__(self, published: Callable[[], Published | None] | None = None, levels: int = 8,
+                 label: Callable[[Any], str] = str) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.job_rate = Gauge("leveller_job_rate", "normalized progress rate R of a job", ["job"], registry=r)
-        self.job_iterations = Gauge("leveller_job_iterations", "iterations done", ["job"], registry=r)
-        self.job_ideal = Gauge("leveller_job_ideal_seconds", "ideal iteration time", ["job"], registry=r)
-        self.job_profiling = Gauge("leveller_job_profiling", "1 while the ideal time is measured", ["job"],
-                                   registry=r)
-        self.flow_level = Gauge("leveller_flow_level", "priority level of a flow (K-1 highest)",
-                                ["flow", "job"], registry=r)
-        self.agents_live = Gauge("leveller_agents_live", "agents that reported recently", registry=r)
         self.reports = Counter("leveller_reports", "reports accepted", ["host"], registry=r)
         self.rejected = Counter("leveller_requests_rejected", "requests refused", ["reason"], registry=r)
         self.decisions = Counter("leveller_decisions", "decision steps done", registry=r)
         self.step_errors = Counter("leveller_step_errors", "decision steps that failed", registry=r)
         self.step_seconds = Histogram("leveller_step_seconds", "time of one decision step", registry=r,
                                       buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3))
-
-    def reset_jobs_and_flows(self) -> None:
-        for g in (self.job_rate, self.job_iterations, self.job_ideal, self.job_profiling, self.flow_level):
-            g.clear()
+        if published is not None:
+            r.register(DecisionCollector(published, levels, label))  # type: ignore[arg-type]

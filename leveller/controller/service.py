@@ -1,29 +1,39 @@
 """The controller: accepts reports, every tau decides levels, answers agents and `leveller status`.
 
-``Controller`` implements leveller.rpc.transport.ControllerHandler. A step
-reads the live agents' reports, asks the path provider for every flow's
-links, runs controller.decide (leveller.core policy + pruning), and keeps the
+``Controller`` implements leveller.rpc.transport.ControllerHandler. Reports
+update a FlowTable (flows, jobs and links as integer ids) with their
+difference to the host's previous report. A step drops the flows of agents
+gone stale, asks the path provider once, in one batch, for the flows it has
+never routed (paths are cached per flow), runs controller.decide over numpy
+arrays (leveller.core policy + pruning) outside the lock, and keeps the
 result; each agent's next report is answered with the levels of its flows, a
-lease, and the age of the decision (measured from when the step read its
-inputs). Agents keep levels only until the lease after the decision, so a
-failed step (e.g. the SDN app unreachable, levels kept, the error counted and
-shown in status) or a step that takes longer than the lease ends the levels
-on every host instead of keeping stale ones alive.
+lease, and the age of the decision (measured from when the step began).
+Agents keep levels only until the lease after the decision, so a failed step
+(e.g. the SDN app unreachable, levels kept, the error counted and shown in
+status) or a step that takes longer than the lease ends the levels on every
+host instead of keeping stale ones alive.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
+from itertools import repeat
 from typing import Any, Callable, Mapping
 
-from leveller.controller.decide import Decision, JobShape, decide
-from leveller.controller.metrics import ControllerMetrics
+import numpy as np
+
+from leveller.controller.decide import Decision, JobShape, decide_snapshot
+from leveller.controller.flowtable import FlowTable, HostFlows
+from leveller.controller.metrics import ControllerMetrics, Published
 from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report, flow_label
+
+_KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
 
 
 class Controller:
@@ -41,13 +51,16 @@ class Controller:
         self._wake = threading.Event()
         self.lease_s = lease_s if lease_s is not None else 3 * tau_s
         self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s)
-        self.metrics = metrics or ControllerMetrics()
+        self._published: Published | None = None  # read by the metrics when Prometheus scrapes
+        self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, flow_label)
+        self.flows = FlowTable()
         self.decision: Decision | None = None
         self.monotonic = monotonic  # decision ages (immune to wall-clock steps)
-        self._decided_at = 0.0  # self.monotonic() when the current decision's step read its inputs
+        self._decided_at = 0.0  # self.monotonic() when the current decision's step began
         self.epoch = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
+        self._stepping = threading.Lock()  # one step at a time (run loop, benchmarks, tests)
         self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -56,18 +69,35 @@ class Controller:
             self._expire(now)
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
+            held = self.flows.update_host(report.host, map(_KEY_JOB, report.flows))
             self.metrics.reports.labels(report.host).inc()
             if self.on_iteration and _progressed(before.report if before else None, report):
                 self._wake.set()
-            return self._reply(report)
+            return self._reply(held)
 
-    def _reply(self, report: Report) -> LevelsReply:
-        levels = self.decision.levels if self.decision else {}
-        flows = tuple(FlowLevel(f.key, f.job, levels[f.key]) for f in report.flows if f.key in levels)
+    def _reply(self, held: HostFlows) -> LevelsReply:
+        """The levels of a host's flows in the current decision (flows it does not cover are left out)."""
+        d = self.decision
+        flows: tuple[FlowLevel, ...] = ()
+        if d is not None and d.flows is not None and d.level_array is not None and held.keys:
+            snap = d.flows
+            if snap.generation == self.flows.generation:
+                idx = held.ids
+            else:  # the table was compacted after this decision: its ids are the decision's own
+                idx = np.fromiter(map(snap.ids.get, held.keys, repeat(-1)), dtype=np.int64, count=len(held.keys))
+            inside = (idx >= 0) & (idx < len(snap.row_by_id))
+            row = np.full(len(idx), -1, dtype=np.int64)
+            row[inside] = snap.row_by_id[idx[inside]]
+            pick = np.flatnonzero(row >= 0)  # -1: not in the decision (new flow)
+            keys, jobs = held.keys, held.jobs
+            if len(pick) < len(keys):
+                keys, jobs = [keys[i] for i in pick.tolist()], [jobs[i] for i in pick.tolist()]
+            # tuple.__new__ builds the FlowLevel named tuples without a Python frame per flow
+            flows = tuple(map(tuple.__new__, repeat(FlowLevel), zip(keys, jobs, d.level_array[row[pick]].tolist())))
         return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age())
 
     def decision_age(self) -> float:
-        """Seconds since the current decision's step read its inputs (0 before the first decision)."""
+        """Seconds since the current decision's step began (0 before the first decision)."""
         return max(0.0, self.monotonic() - self._decided_at) if self.decision is not None else 0.0
 
     def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> LevelsReply | None:
@@ -76,7 +106,11 @@ class Controller:
         with self._decided:
             self._decided.wait_for(lambda: self.epoch != seen_epoch, timeout_s)
             agent = self.registry.agents.get(host)
-            return None if agent is None else self._reply(agent.report)
+            if agent is None:
+                return None
+            held = self.flows.host(host)
+            return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age()) \
+                if held is None else self._reply(held)
 
     def _expire(self, now: float) -> None:
         """Forget stale agents and jobs (Registry.expire) and their per-host metrics; lock held."""
@@ -112,16 +146,31 @@ class Controller:
     # ---- decision step ---------------------------------------------------------------------------
     def step(self, now: float) -> Decision:
         """One tau: profile bookkeeping, paths, decide, publish. Raises on failure (levels kept)."""
+        with self._stepping:
+            return self._step(now)
+
+    def _step(self, now: float) -> Decision:
         started = time.perf_counter()
         inputs_at = self.monotonic()
-        with self._lock:
-            self._expire(now)
-            self.registry.update_profiling(now)
-            jobs = self.registry.job_inputs(now)
-            flows = {k: job for k, (job, _, _) in self.registry.flows(now).items()}
         try:
-            links = self.paths.links(sorted(flows))
-            decision = decide(jobs, flows, links, self.policy, self.level_map.levels, now, self.shapes)
+            with self._lock:
+                self._expire(now)
+                live_hosts = {a.report.host for a in self.registry.live(now)}
+                for host in self.flows.hosts():
+                    if host not in live_hosts:
+                        self.flows.drop_host(host)
+                self.flows.compact()
+                unrouted = self.flows.unrouted(self.flows.live())
+            if unrouted:  # new flows only, in one batch; paths are kept per flow
+                links = self.paths.links(unrouted)
+            with self._lock:
+                if unrouted:
+                    self.flows.set_links([(f, links.get(f)) for f in unrouted])
+                self.registry.update_profiling(now)
+                jobs = self.registry.job_inputs(now)
+                ids = self.flows.live()
+                snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
+            decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes)
         except Exception as exc:
             with self._lock:
                 self.last_error = f"step at {now:.3f}: {type(exc).__name__}: {exc}"
@@ -132,26 +181,11 @@ class Controller:
             self._decided_at = inputs_at
             self.epoch += 1
             self.last_error = None
-            self._publish(jobs, flows, decision, now)
+            self._published = Published(jobs, decision, len(self.registry.live(now)))
             self._decided.notify_all()
         self.metrics.decisions.inc()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
         return decision
-
-    def _publish(self, jobs: list[Any], flows: dict[Any, str], decision: Decision, now: float) -> None:
-        m = self.metrics
-        m.reset_jobs_and_flows()
-        for j in jobs:
-            m.job_iterations.labels(j.name).set(j.iterations)
-            m.job_profiling.labels(j.name).set(1 if j.profiling else 0)
-            if j.ideal_time is not None:
-                m.job_ideal.labels(j.name).set(j.ideal_time)
-            rate = decision.rates.get(j.name)
-            if rate is not None:
-                m.job_rate.labels(j.name).set(rate)
-        for key, level in decision.levels.items():
-            m.flow_level.labels(flow_label(key), flows[key]).set(level)
-        m.agents_live.set(len(self.registry.live(now)))
 
     def run(self, stop: threading.Event, clock: Callable[[], float] = time.time,
             on_step: Callable[[Decision | None, str | None], None] | None = None) -> None:

@@ -1,7 +1,8 @@
 """A controller that answers but no longer decides must not keep agents' levels alive (issue 10, High 3).
 
-The controller runs its real decision loop and serves real gRPC on loopback; its path provider hangs
-from the second decision on, as the decision step did on 20k flows of one job. The agent runs its real
+The controller runs its real decision loop and serves real gRPC on loopback; its policy hangs on demand,
+as the decision step did on 20k flows of one job (the path provider, once the stand-in, is asked only
+about new flows now). The agent runs its real
 loop (reports every 0.1 s, Watch push on). Reports keep being answered, but with a decision that ages:
 the agent must drop its marks once the decision is older than the lease, and take levels again when
 the loop decides again. No root needed.
@@ -20,7 +21,7 @@ from leveller.agent.service import Agent
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.core.paths import FlowKey, flow_key
-from leveller.core.policies import make_policy
+from leveller.core.policies import JobView, make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.rpc.push import LevelsWatcher
@@ -33,20 +34,21 @@ TOP = default_level_map(2).dscp[1]
 LEASE_S = 1.0
 
 
-class StallingPaths:
-    """Single-link paths that hang (like a decision step on a huge report) while ``stalled`` is set."""
+class StallingPolicy:
+    """The leveller policy, hanging (like a decision step on a huge report) while ``stalled`` is set."""
 
     def __init__(self) -> None:
-        self.inner = SingleLinkPaths()
+        self.inner = make_policy("leveller")
+        self.name, self.tau = self.inner.name, self.inner.tau
         self.stalled = threading.Event()
         self.go = threading.Event()
         self.stalled_at: float | None = None
 
-    def links(self, flows: Sequence[FlowKey]) -> Mapping[FlowKey, tuple[str, ...] | None]:
+    def order(self, jobs: Sequence[JobView]) -> list[str] | None:
         if self.stalled.is_set():
             self.stalled_at = self.stalled_at or time.monotonic()
             self.go.wait(30)
-        return self.inner.links(flows)
+        return self.inner.order(jobs)
 
 
 class OneFlow:
@@ -63,8 +65,8 @@ def wait(cond: object, timeout_s: float, what: str) -> float:
 
 
 def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(tmp_path: Path) -> None:
-    paths = StallingPaths()
-    ctl = Controller(paths, make_policy("leveller"), default_level_map(2), tau_s=0.1, lease_s=LEASE_S)
+    policy = StallingPolicy()
+    ctl = Controller(SingleLinkPaths(), policy, default_level_map(2), tau_s=0.1, lease_s=LEASE_S)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
     address = f"127.0.0.1:{port}"
     log = tmp_path / "a.log"
@@ -82,10 +84,10 @@ def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(
             t.start()
         wait(lambda: enforcer.marks == {FA: TOP}, 10, "the agent marks the job's flow")
         epoch = ctl.epoch
-        paths.stalled.set()
-        wait(lambda: paths.stalled_at is not None, 5, "the decision loop to stall")
-        assert paths.stalled_at is not None
-        last_decision = paths.stalled_at  # the stalled step started after the last decision published
+        policy.stalled.set()
+        wait(lambda: policy.stalled_at is not None, 5, "the decision loop to stall")
+        assert policy.stalled_at is not None
+        last_decision = policy.stalled_at  # the stalled step started after the last decision published
         cleared = wait(lambda: enforcer.marks == {}, 10, f"marks dropped: {enforcer.marks}")
         # within the lease of the last decision (+ one report interval and scheduling slack), not later
         assert cleared - last_decision < LEASE_S + 1.0
@@ -94,13 +96,13 @@ def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(
         time.sleep(0.5)
         assert enforcer.marks == {}  # answered reports do not bring stale levels back
 
-        paths.go.set()
-        paths.stalled.clear()
+        policy.go.set()
+        policy.stalled.clear()
         wait(lambda: enforcer.marks == {FA: TOP}, 10, "levels back once the loop decides again")
         assert ctl.epoch > epoch
     finally:
         stop.set()
-        paths.go.set()
+        policy.go.set()
         watcher.close()
         for t in threads:
             t.join(10)
