@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import (
     DSCP_FORMAT,
@@ -235,6 +237,19 @@ class Datapath:
             raise DatapathError(f"deleting {len(present)} flows from {DSCP_MAP}: {exc}; nothing changed") from exc
         for key in present:
             del self._dscp[key]
+
+    def write_dscp(self, keys: np.ndarray, marks: np.ndarray) -> None:
+        """One BPF_MAP_UPDATE_BATCH: struct flow_key records (flow_structs.KEY_DTYPE) -> flow_dscp.mark
+        (uint8, flow_structs.encode_dscp_array). For a caller that keeps its own record of the map
+        (enforce_bpf.BpfEnforcer): no checks, no bookkeeping here. Raises libbpf.BpfSyscallError,
+        whose ``done`` tells how many entries were written first."""
+        self._require_attached()
+        libbpf.map_update_batch(self._dscp_fd, keys, marks, len(keys))
+
+    def delete_dscp(self, keys: np.ndarray) -> None:
+        """One BPF_MAP_DELETE_BATCH of flow_key records (all must be in the map); see write_dscp."""
+        self._require_attached()
+        libbpf.map_delete_batch(self._dscp_fd, keys, len(keys))
 
     def _restore(self, keys: list[FlowKey]) -> None:
         """Put the kernel map back to self._dscp for these keys after a failed batch."""

@@ -18,6 +18,10 @@ import errno
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class BpfSyscallError(OSError):
@@ -128,22 +132,36 @@ def _batch_opts(elem_flags: int = 0) -> _BatchOpts:
     return _BatchOpts(sz=ctypes.sizeof(_BatchOpts), elem_flags=elem_flags, flags=0)
 
 
-def map_update_batch(map_fd: int, keys: bytes, values: bytes, count: int) -> None:
-    """BPF_MAP_UPDATE_BATCH of `count` packed keys and values (BPF_ANY)."""
+Buffer = Union[bytes, "np.ndarray"]
+
+
+def _pointer(buf: Buffer, count: int) -> ctypes.c_void_p | bytes:
+    """What the C call takes for a buffer: bytes as they are, a numpy array (C-contiguous records,
+    e.g. flow_structs.KEY_DTYPE) by its address, without a copy."""
+    if isinstance(buf, bytes):
+        return buf
+    if not buf.flags.c_contiguous or len(buf) < count:
+        raise ValueError(f"batch buffer must be C-contiguous with >= {count} records")
+    return ctypes.c_void_p(buf.ctypes.data)
+
+
+def map_update_batch(map_fd: int, keys: Buffer, values: Buffer, count: int) -> None:
+    """BPF_MAP_UPDATE_BATCH of `count` packed keys and values (BPF_ANY), in one bpf() call."""
     if count == 0:
         return
     cnt = ctypes.c_uint32(count)
-    ret = _lib().bpf_map_update_batch(map_fd, keys, values, ctypes.byref(cnt), ctypes.byref(_batch_opts()))
+    ret = _lib().bpf_map_update_batch(map_fd, _pointer(keys, count), _pointer(values, count), ctypes.byref(cnt),
+                                      ctypes.byref(_batch_opts()))
     if ret != 0:
         raise BpfSyscallError("BPF_MAP_UPDATE_BATCH", _errno(ret), cnt.value)
 
 
-def map_delete_batch(map_fd: int, keys: bytes, count: int) -> None:
-    """BPF_MAP_DELETE_BATCH of `count` packed keys (all must exist)."""
+def map_delete_batch(map_fd: int, keys: Buffer, count: int) -> None:
+    """BPF_MAP_DELETE_BATCH of `count` packed keys (all must exist), in one bpf() call."""
     if count == 0:
         return
     cnt = ctypes.c_uint32(count)
-    ret = _lib().bpf_map_delete_batch(map_fd, keys, ctypes.byref(cnt), ctypes.byref(_batch_opts()))
+    ret = _lib().bpf_map_delete_batch(map_fd, _pointer(keys, count), ctypes.byref(cnt), ctypes.byref(_batch_opts()))
     if ret != 0:
         raise BpfSyscallError("BPF_MAP_DELETE_BATCH", _errno(ret), cnt.value)
 

@@ -122,3 +122,39 @@ def test_string_addresses_are_normalised_and_keys_hash_equal() -> None:
     b = fs.FlowKey(ipaddress.IPv4Address("10.0.0.1"), ipaddress.IPv4Address("10.0.0.2"), 1, 2)
     assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
     assert a.reversed() == fs.FlowKey(b.dst, b.src, 2, 1)
+
+
+# ---- numpy records: the batch buffers, derived from the ctypes mirror ---------------------------------
+
+def test_numpy_record_types_have_the_ctypes_layout() -> None:
+    for dtype, mirror in ((fs.KEY_DTYPE, fs.FlowKeyC), (fs.DSCP_DTYPE, fs.FlowDscpC)):
+        assert dtype.itemsize == ctypes.sizeof(mirror)
+        assert [(n, dtype.fields[n][1]) for n in dtype.names] == \
+            [(n, getattr(mirror, n).offset) for n, _ in mirror._fields_]
+
+
+@given(st.lists(st.tuples(addresses4, addresses4, ports, ports, protos), max_size=30))
+def test_ipv4_key_records_are_the_packed_keys(rows: list[tuple]) -> None:  # type: ignore[type-arg]
+    records = fs.ipv4_key_records([str(r[0]) for r in rows], [str(r[1]) for r in rows], [r[2] for r in rows],
+                                  [r[3] for r in rows], [r[4] for r in rows])
+    assert records.dtype == fs.KEY_DTYPE
+    assert records.tobytes() == b"".join(fs.FlowKey(*r).packed for r in rows)
+
+
+@pytest.mark.parametrize("column,value", [("src", "10.0.0"), ("dst", "fd00::1"), ("src", "010.0.0.1"),
+                                          ("sport", 65536), ("dport", -1), ("proto", 1)])
+def test_ipv4_key_records_refuse_bad_values(column: str, value: object) -> None:
+    cols: dict[str, list[object]] = {"src": ["10.0.0.1"], "dst": ["10.0.0.2"], "sport": [1], "dport": [2],
+                                     "proto": [6]}
+    cols[column] = [value]
+    with pytest.raises(ValueError):
+        fs.ipv4_key_records(**cols)  # type: ignore[arg-type]
+
+
+def test_dscp_array_encoding_matches_the_scalar_one() -> None:
+    import numpy as np
+
+    assert fs.encode_dscp_array(np.arange(64)).tolist() == [fs.encode_dscp(d) for d in range(64)]
+    for bad in (np.array([64]), np.array([-1]), np.array([1.5])):
+        with pytest.raises(ValueError, match="DSCP"):
+            fs.encode_dscp_array(bad)
