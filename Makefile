@@ -39,6 +39,7 @@ test-unit: venv
 
 bench: setup
 	$(VENV)/bin/leveller bench datapath
+	$(VENV)/bin/leveller bench controller
 
 clean:
 	rm -rf $(VENV) build *.egg-info

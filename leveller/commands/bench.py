@@ -5,6 +5,7 @@
   leveller bench levels     controller decision -> DSCP seen on a packet, distribution
   leveller bench fuzz-marker  scapy-built frames through the eBPF marker, every invariant checked
   leveller bench network-sim  network simulator events per second at several fabric sizes
+  leveller bench controller   decision time, 1,000 agents, map updates at cluster scale
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "levels": ("leveller.commands.bench_levels", "latency from a controller level change to DSCP on the wire"),
     "fuzz-marker": ("leveller.commands.bench_fuzz_marker", "fuzzed frames through the eBPF marker, invariants checked"),
     "network-sim": ("leveller.commands.bench_network", "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
+    "controller": ("leveller.commands.bench_controller", "controller and enforcement at cluster scale"),
 }
 
 

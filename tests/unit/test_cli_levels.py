@@ -96,3 +96,13 @@ def test_long_tables_are_cut_with_a_note(capsys, tmp_path, monkeypatch) -> None:
     assert "3 more flows (--json prints them all)" in out
     assert "f1" in out and "S1,S2" in out  # highest level first, with its links
 
+
+def test_bench_cluster_file_round_trips_through_levels(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`leveller bench controller --write-levels` writes a FILE that `leveller levels` decides in full."""
+    path = tmp_path / "cluster.json"
+    assert main(["bench", "controller", "--write-levels", str(path), "--flows", "500"]) == 0
+    assert main(["levels", "--input", str(path), "--levels", "8", "--json"]) == 0
+    levels = json.loads(capsys.readouterr().out)["levels"]
+    data = json.loads(path.read_text())
+    assert len(data["jobs"]) == 37 and list(levels) == list(data["flows"]) and len(levels) == 500
+    assert set(levels.values()) <= set(range(8)) and 7 in levels.values()
