@@ -13,6 +13,10 @@ POST /paths                  body [{"src":..,"dst":..,"sport":..,"dport":..,"pro
                              -> {"paths": [path or null, ...]} (same order). src, dst: IPv4
                              strings; sport, dport: integers 0..65535 (default 0); proto: tcp,
                              udp, icmp or an integer 0..255 (default tcp); no other keys
+POST /links                  body {"flows": [[src, dst, sport, dport, proto], ...]} (at most MAX_BATCH)
+                             -> {"links": [name, ...], "paths": [[link index, ...] or null, ...]}:
+                             the links of many flows at once, each name sent once (the controller
+                             asks this for all its new flows in one request)
 GET  /flows                  {"flows": [path, ...]} every flow with installed rules
 GET  /hosts/<name>/paths     {"host": name, "flows": [path, ...]} installed flows from or to the host
 GET  /queues                 {"queues": [{"switch", "dpid", "port", "port_name", "queue", "level",
@@ -84,6 +88,35 @@ def flows_from_body(body: bytes, max_bytes: int = MAX_BODY_BYTES) -> list[FlowKe
     return [flow_from_json(item, f"body[{i}]") for i, item in enumerate(value)]
 
 
+MAX_BATCH = 100_000  # flows in one POST /links (about 5 MB of answer)
+
+
+def batch_links(logic: Any, body: bytes, max_bytes: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The answer of POST /links: link names once, each flow's path as indices into them."""
+    value = loads(body, max_bytes) if body.strip() else None
+    flows = value.get("flows") if isinstance(value, dict) and set(value) == {"flows"} else None
+    if not isinstance(flows, list):
+        raise SchemaError("body", f'expected {{"flows": [[src, dst, sport, dport, proto], ...]}}; got {json_type(value)}')
+    if len(flows) > MAX_BATCH:
+        raise SchemaError("flows", f"{len(flows)} entries; at most {MAX_BATCH} per request")
+    names: dict[str, int] = {}
+    paths: list[list[int] | None] = []
+    for i, entry in enumerate(flows):
+        if not isinstance(entry, list) or len(entry) != len(FLOW_FIELDS):
+            raise SchemaError(f"flows[{i}]", f"{entry!r} is invalid; [src, dst, sport, dport, proto]")
+        links = logic.links(flow_from_json(dict(zip(FLOW_FIELDS, entry)), f"flows[{i}]"))
+        paths.append(None if links is None else [names.setdefault(n, len(names)) for n in links])
+    return {"links": list(names), "paths": paths}
+
+
+def read_body(environ: dict[str, Any], max_bytes: int) -> bytes:
+    """A request's body, after its Content-Length is checked against ``max_bytes``."""
+    length = environ.get("CONTENT_LENGTH") or "0"
+    if not length.isascii() or not length.isdigit() or len(length) > 18 or int(length) > max_bytes:
+        raise SchemaError("Content-Length", f"{length[:40]!r} is invalid; 0..{max_bytes} bytes")
+    return environ["wsgi.input"].read(int(length))  # type: ignore[no-any-return]
+
+
 def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
              max_body_bytes: int = MAX_BODY_BYTES) -> Handler:
     """WSGI app over `view`, which provides `logic` (PathController), `health()` and `queues()`.
@@ -118,12 +151,12 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
                     return reply(start, "404 Not Found", {"error": "src/dst are not hosts of the topology"})
                 return reply(start, "200 OK", described)
             if method == "POST" and path == "/paths":
-                length = environ.get("CONTENT_LENGTH") or "0"
-                if not length.isascii() or not length.isdigit() or len(length) > 18 or int(length) > max_body_bytes:
-                    raise SchemaError("Content-Length", f"{length[:40]!r} is invalid; 0..{max_body_bytes} bytes")
-                body = environ["wsgi.input"].read(int(length))
+                body = read_body(environ, max_body_bytes)
                 return reply(start, "200 OK", heavy(lambda: {"paths": [
                     logic.describe(f) for f in flows_from_body(body, max_body_bytes)]}))
+            if method == "POST" and path == "/links":
+                body = read_body(environ, max_body_bytes)
+                return reply(start, "200 OK", heavy(lambda: batch_links(logic, body, max_body_bytes)))
             if method == "GET" and path == "/flows":
                 installed = list(logic.flows)  # a snapshot: the switch handlers change the dict meanwhile
                 return reply(start, "200 OK", heavy(lambda: {"flows": [logic.describe(f) for f in sorted(installed)]}))

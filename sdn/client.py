@@ -50,6 +50,14 @@ class SdnClient:
             out += self._open(req)["paths"]
         return out
 
+    def links(self, flows: list[tuple[str, str, int, int, int]]) -> list[tuple[str, ...] | None]:
+        """Links of many flows in one request (POST /links); None for a flow outside the topology."""
+        req = urllib.request.Request(self.url + "/links", data=json.dumps({"flows": flows}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        res = self._open(req)
+        names = res["links"]
+        return [None if p is None else tuple(names[i] for i in p) for p in res["paths"]]
+
     def flows(self) -> list[dict[str, Any]]:
         return self._get("/flows")["flows"]
 

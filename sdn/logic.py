@@ -12,7 +12,7 @@ from typing import Any
 
 import networkx as nx
 
-from leveller.core.paths import FlowKey, Path, choose_path, graph
+from leveller.core.paths import FlowKey, Path, Router, choose_path, graph
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
 from sdn.rules import Msg, PacketOut, DeleteFlows, path_rules, switch_setup
@@ -53,9 +53,16 @@ class PathController:
     flows: dict[FlowKey, FlowEntry] = field(default_factory=dict)
     connected: set[int] = field(default_factory=set)
     _graph: nx.Graph | None = None
+    _router: Router | None = None
 
     def __post_init__(self) -> None:
         self._graph = graph(self.topo)
+        self._router = Router(self.topo)
+
+    def links(self, flow: FlowKey) -> tuple[str, ...] | None:
+        """The directed links of the flow's path (installed, or the one it will take), fast for batches."""
+        entry = self.flows.get(flow)
+        return entry.path.links if entry else self._router.links(flow)
 
     def path(self, flow: FlowKey) -> Path | None:
         """The path this flow takes (or will take once it sends): deterministic ECMP."""

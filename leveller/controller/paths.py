@@ -45,18 +45,21 @@ class TopologyPaths:
 
 
 class SdnPaths:
-    """Paths from the SDN app's API (sdn.client.SdnClient.paths: POST /paths)."""
+    """Paths from the SDN app's API (sdn.client.SdnClient.links: POST /links, up to ``batch`` flows
+    per request; the controller asks only for flows it has not routed yet)."""
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, client: Any, batch: int = 50_000) -> None:
+        self.client, self.batch = client, batch
 
     def links(self, flows: Sequence[FlowKey]) -> Mapping[FlowKey, Links | None]:
-        if not flows:
-            return {}
-        answers = self.client.paths([f.to_dict() for f in flows])
-        if len(answers) != len(flows):
-            raise RuntimeError(f"SDN app answered {len(answers)} paths for {len(flows)} flows")
-        return {f: (None if a is None else tuple(a["links"])) for f, a in zip(flows, answers)}
+        out: dict[FlowKey, Links | None] = {}
+        for at in range(0, len(flows), self.batch):
+            part = flows[at:at + self.batch]
+            answers = self.client.links([list(f) for f in part])
+            if len(answers) != len(part):
+                raise RuntimeError(f"SDN app answered {len(answers)} paths for {len(part)} flows")
+            out.update(zip(part, answers))
+        return out
 
 
 def path_provider(spec: str) -> PathProvider:

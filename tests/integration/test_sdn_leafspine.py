@@ -17,6 +17,7 @@ from leveller.core.paths import flow_key
 from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.traffic import host_python
+from leveller.controller.paths import SdnPaths
 from sdn.client import SdnClient
 
 pytestmark = pytest.mark.privileged
@@ -87,6 +88,11 @@ def test_reported_paths_match_switch_counters_and_ecmp_spreads(tmp_path):
                     for h in reported["hops"]:
                         if h["switch"].startswith("spine"):
                             per_spine[h["switch"]] = per_spine.get(h["switch"], 0) + 1
+        # the controller's batch question (POST /links) answers the links the rules carry
+        keys = [flow_key(topo.host(src).ip, topo.host(dst).ip, sport, SINK_PORT, "tcp")
+                for src, items in flows.items() for dst, sport in items]
+        batch = SdnPaths(client).links(keys)
+        assert all(batch[k] == tuple(client.path(*k[:4], "tcp")["links"]) for k in keys)
         print(f"20 flows, {inter_leaf} between leaves, per spine {per_spine}; all paths match counters")
         assert inter_leaf >= 10 and spines == {"spine1", "spine2"}
         # per-host query lists that host's flows (sender or receiver side)

@@ -124,3 +124,28 @@ def call_raw(app, method, path, body, length):  # type: ignore[no-untyped-def]
     data = b"".join(app({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "",
                          "CONTENT_LENGTH": length, "wsgi.input": io.BytesIO(body)}, start))
     return out["status"], json.loads(data)
+
+
+def test_links_batch_names_each_link_once_and_matches_the_single_queries():
+    topo, logic, app = make()
+    ips = [h.ip for h in topo.hosts]
+    flows = [[a, b, 40000 + i, 4791, "udp"] for i, (a, b) in enumerate((a, b) for a in ips for b in ips)]
+    flows.append(["10.0.0.1", "10.9.9.9", 1, 2, 17])
+    logic.packet_in(0x101, 5, frame(FlowKey("10.0.0.1", "10.0.0.6", 40005, 4791, 17)), now=0.0)  # one installed
+    status, res = call(app, "POST", "/links", body=json.dumps({"flows": flows}).encode())
+    assert status == 200 and len(res["paths"]) == len(flows) and len(set(res["links"])) == len(res["links"])
+    for (src, dst, sport, dport, proto), path in zip(flows, res["paths"]):
+        one = call(app, "GET", "/paths", f"src={src}&dst={dst}&sport={sport}&dport={dport}&proto={proto}")
+        if one[0] == 404 or src == dst:
+            assert path is None
+        else:
+            assert [res["links"][i] for i in path] == one[1]["links"]
+
+
+def test_links_batch_errors_name_the_entry():
+    _, _, app = make()
+    bad = {"flows": [["10.0.0.1", "10.0.0.2", 1, 2, "udp"], ["10.0.0.1", "10.0.0.2", 70000, 2, "udp"]]}
+    status, res = call(app, "POST", "/links", body=json.dumps(bad).encode())
+    assert status == 400 and res["error"].startswith("flows[1]") and "sport" in res["error"]
+    assert call(app, "POST", "/links", body=b'[1]')[0] == 400
+    assert call(app, "POST", "/links", body=json.dumps({"flows": [[1, 2]]}).encode())[0] == 400
