@@ -17,6 +17,7 @@ resolution.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shutil
@@ -99,7 +100,11 @@ def check_tools() -> None:
 
 
 class WireWatch:
-    """AF_PACKET capture on the receiver: kernel-stamped DSCP changes of packets src -> *:dport."""
+    """AF_PACKET capture on the receiver: kernel-stamped DSCP changes of packets src -> *:dport.
+
+    The capture loop (thousands of packets a second) runs in a forked child process and sends only
+    the changes of DSCP through a pipe: in this process it would compete for the interpreter lock
+    with the controller whose latency is being measured."""
 
     def __init__(self, ns: str, ifname: str, src: str, dport: int, proto: int = socket.IPPROTO_UDP) -> None:
         from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
@@ -114,20 +119,32 @@ class WireWatch:
         self.packets = 0
         self.last_dscp: int | None = None
         self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="wirewatch", daemon=True)
+        self._recv, self._send = multiprocessing.get_context("fork").Pipe(duplex=False)
+        self._proc = multiprocessing.get_context("fork").Process(target=self._capture, name="wirewatch",
+                                                                 daemon=True)
+        self._thread = threading.Thread(target=self._collect, name="wirewatch", daemon=True)
 
     def __enter__(self) -> "WireWatch":
+        self._proc.start()  # fork: before any gRPC thread exists in this process
+        self._send.close()
+        self.sock.close()  # the child holds the capture socket now
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        self._proc.terminate()
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
         self._thread.join(timeout=2)
-        self.sock.close()
+        self._recv.close()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+    def _capture(self) -> None:
+        """Child: read packets, send (kernel time, DSCP) at every change and the count now and then."""
+        self._recv.close()
+        packets, last = 0, None
+        while True:
             try:
                 data, anc, _, _ = self.sock.recvmsg(64, socket.CMSG_SPACE(16))
             except TimeoutError:
@@ -139,18 +156,32 @@ class WireWatch:
             ihl = (data[14] & 0x0F) * 4
             if len(data) < 14 + ihl + 4 or struct.unpack_from("!H", data, 14 + ihl + 2)[0] != self.dport:
                 continue
+            packets += 1
             dscp = data[15] >> 2
-            stamp = time.time()
-            for level, kind, value in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = struct.unpack("qq", value[:16])
-                    stamp = sec + nsec * 1e-9
+            if dscp != last:
+                last = dscp
+                stamp = time.time()
+                for level, kind, value in anc:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                        sec, nsec = struct.unpack("qq", value[:16])
+                        stamp = sec + nsec * 1e-9
+                self._send.send((packets, stamp, dscp))
+            elif packets % 256 == 0:
+                self._send.send((packets, None, None))
+
+    def _collect(self) -> None:
+        """Parent: fold the child's messages into ``changes`` / ``packets``; wakes first_after."""
+        while True:
+            try:
+                packets, stamp, dscp = self._recv.recv()
+            except (EOFError, OSError):
+                return
             with self._cond:
-                self.packets += 1
-                if dscp != self.last_dscp:
+                self.packets = packets
+                if stamp is not None:
                     self.last_dscp = dscp
                     self.changes.append((stamp, dscp))
-                    self._cond.notify_all()
+                self._cond.notify_all()
 
     def first_after(self, t0: float, dscp: int, timeout_s: float) -> float | None:
         """Kernel time of the first packet at/after t0 whose DSCP changed to ``dscp`` (None on timeout)."""

@@ -185,6 +185,8 @@ class FlowTable:
     # ---- housekeeping --------------------------------------------------------------------------
     def compact(self) -> bool:
         """Rebuild without the dead flows once they outnumber the live ones (plus slack)."""
+        if len(self.keys) <= COMPACT_SLACK:
+            return False  # cannot be due: at most COMPACT_SLACK dead flows
         live = self.live()
         if len(self.keys) - len(live) <= len(live) + COMPACT_SLACK:
             return False
