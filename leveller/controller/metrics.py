@@ -82,5 +82,5 @@ class ControllerMetrics:
         self.step_errors = Counter("leveller_step_errors", "decision steps that failed", registry=r)
         self.step_seconds = Histogram("leveller_step_seconds", "time of one decision step", registry=r,
                                       buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3))
-        if published is not None:
-            r.register(DecisionCollector(published, levels, label))  # type: ignore[arg-type]
+        # the families exist (empty) before the first decision, so dashboards find every name
+        r.register(DecisionCollector(published or (lambda: None), levels, label))  # type: ignore[arg-type]
