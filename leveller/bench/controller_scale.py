@@ -180,6 +180,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
 
     from leveller.rpc import auth  # noqa: PLC0415
     from leveller.rpc.codec import decode, encode  # noqa: PLC0415
+    from leveller.rpc.replay import new_run_id  # noqa: PLC0415
     from leveller.rpc.schema import FlowReport, JobReport, Report, reply_from_wire, report_to_wire  # noqa: PLC0415
     from leveller.rpc.transport import REPORT  # noqa: PLC0415
 
@@ -187,6 +188,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
     latency: list[float] = []
     failed: list[bool] = []
     incomplete: list[str] = []
+    first_error: list[str] = []
     timeout_s = max(5.0, 3 * tau_s)
 
     async def one_agent(index: int, flows: list[tuple[Any, str]]) -> None:
@@ -195,6 +197,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
         start = start_at - 100.0
         last: bytes | None = None
         body_of = _ReportBody(host, flows)
+        run = new_run_id()  # as a real agent process: reports numbered 1, 2, ... (replay protection)
         async with grpc.aio.insecure_channel(address) as channel:
             call = channel.unary_unary(REPORT)
             t = start_at + tau_s * index / count
@@ -204,10 +207,10 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
                 n += 1
                 now = time.time()
                 report = Report(host, tuple(JobReport(j, int(rates[j] * (now - start)), start, 1.0) for j in jobs),
-                                ())
+                                (), run, n)
                 body = body_of(report, n << 20)
                 if n == 1:  # the emulation speaks the real wire format, byte for byte
-                    full = Report(host, report.jobs, tuple(FlowReport(k, j, n << 20) for k, j in flows))
+                    full = Report(host, report.jobs, tuple(FlowReport(k, j, n << 20) for k, j in flows), run, n)
                     if body != encode(report_to_wire(full)):
                         raise RuntimeError("the emulated report differs from the real encoding")
                 t0 = time.perf_counter()
@@ -215,8 +218,10 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
                 try:
                     last = await call(body, metadata=auth.metadata(SECRET, REPORT, time.time(), body),
                                       timeout=timeout_s)
-                except grpc.aio.AioRpcError:
+                except grpc.aio.AioRpcError as exc:
                     ok = False
+                    if not first_error:
+                        first_error.append(f"{exc.code().name}: {exc.details()}")
                 latency.append((time.perf_counter() - t0) * 1e3)
                 sent.append(now)
                 failed.append(not ok)
@@ -227,6 +232,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
     await asyncio.gather(*(one_agent(i, f) for i, f in agents))
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"sent": sent, "latency_ms": latency, "failed": failed, "incomplete": incomplete,
+            "first_error": first_error[0] if first_error else None,
             "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
@@ -313,6 +319,10 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
             _reap(proc)
         server.stop(grace=None)
     incomplete = sorted(h for o in outs for h in o["incomplete"])
+    errors = [o["first_error"] for o in outs if o["first_error"]]
+    if incomplete and errors:
+        raise RuntimeError(f"{len(incomplete)} agents got no level for some of their flows; a report "
+                           f"failed with {errors[0]}: benchmark invalid")
     if incomplete:
         raise RuntimeError(f"{len(incomplete)} agents got no level for some of their flows "
                            f"(e.g. {incomplete[0]}): benchmark invalid")

@@ -9,6 +9,16 @@ when flows of different jobs share a link) is pruned: in every connected part
 all flows of the lowest-R job take the highest free level, then leave; the
 last level (0) is shared by every remaining flow. Output: {"levels": {"<flow>":
 level}} with K-1 the highest priority and 0 the lowest.
+
+The pairwise graph is never built (leveller.core.levels): 100,000 flows of a
+1,024-GPU cluster take about 1.5 s in all (pruning ~50 ms); a FILE with more
+than 1,000,000 flows is refused before it is decided (one over 256 MiB before
+it is read). The table shows the first 200 flows by level; --json prints all.
+
+examples:
+  leveller levels --input flows.json --levels 2
+  leveller bench controller --write-levels cluster.json --flows 100000
+  leveller levels --input cluster.json --levels 8 --json
 """
 
 from __future__ import annotations
