@@ -30,14 +30,18 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import socket
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from leveller.core.paths import FlowKey, flow_key
 from leveller.errors import UserError
-from leveller.rpc.codec import SchemaError, encode
+from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
 from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
 VERSION = 1
@@ -255,6 +259,136 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
 _REPORT_FLOW_FIELDS = frozenset(FLOW_KEYS + ("job", "bytes"))
 
 
+class ReportDecoder:
+    """``report_from_wire(decode(body))``, remembering each host's flow entries as text.
+
+    An agent reports the same flows every tau; only their byte counters grow. The
+    controller keeps, per host, the flow entries of the host's last report that took
+    the full checks, keyed by their exact text after the byte count
+    (``{"bytes":N,<text>}``, the codec's sorted-key layout), with the flow key and job
+    they validated to. A report whose every flow entry is such a text with a plain
+    byte count is decoded without parsing or checking those entries again: the rest
+    of the body (everything but the flow entries) still goes through the strict codec
+    and the field checks, and the jobs of the remembered entries must be jobs of this
+    report. Anything else (a new or changed entry, another layout, any error) takes
+    the full path, so results and errors are exactly those of ``report_from_wire``.
+
+    Why the text is enough: an entry that passed the checks holds only the seven field
+    names, numbers, IPv4 addresses and job names, so none of ``{ } [ ] ,`` occurs inside
+    its strings; a flow list made of such entries and plain integers is therefore
+    valid JSON that parses to those entries, whatever surrounds it. Thread-safe;
+    memory is bounded by ``max_entries`` remembered entries (least recent hosts go first).
+    """
+
+    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES, max_entries: int = 1_000_000) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._hosts: OrderedDict[str, dict[bytes, tuple[FlowKey, str]]] = OrderedDict()
+        self._entries = 0
+        self._lock = threading.Lock()
+        self.fast = self.full = 0  # reports decoded each way (tests, benchmarks)
+
+    def __call__(self, body: bytes) -> Report:
+        report = self._fast(body) if len(body) <= self.max_bytes else None
+        if report is not None:
+            self.fast += 1
+            return report
+        report = report_from_wire(decode(body, self.max_bytes))
+        self.full += 1
+        self._remember(body, report)
+        return report
+
+    def forget(self, host: str) -> None:
+        """Drop what is remembered of ``host`` (e.g. when it went stale)."""
+        with self._lock:
+            known = self._hosts.pop(host, None)
+            self._entries -= len(known) if known else 0
+
+    def _fast(self, body: bytes) -> Report | None:
+        split = _split_flows(body)
+        if split is None:
+            return None
+        tail, digits, texts = split
+        try:  # everything but the flow entries, through the strict codec and the field checks
+            head = report_from_wire(loads(b'{"flows":[]' + tail, self.max_bytes))
+        except SchemaError:
+            return None
+        known = self._hosts.get(head.host)
+        if known is None:
+            return None
+        hits = list(map(known.get, texts))
+        if None in hits or len(set(texts)) != len(texts):  # distinct texts of one valid report: distinct flows
+            return None
+        jobs = {j.job for j in head.jobs}
+        if not jobs.issuperset(map(_SECOND, hits)):
+            return None
+        nbytes = _byte_counts(digits)
+        if nbytes is None:
+            return None
+        flows = tuple(map(tuple.__new__, repeat(FlowReport), map(operator.add, hits, zip(nbytes))))
+        with self._lock:
+            if head.host in self._hosts:
+                self._hosts.move_to_end(head.host)
+        return Report(head.host, head.jobs, flows, head.run, head.seq)
+
+    def _remember(self, body: bytes, report: Report) -> None:
+        """Remember the entries of a report that passed the full checks, if its body has the codec's layout."""
+        split = _split_flows(body)
+        if split is None or len(split[2]) != len(report.flows):  # another layout: nothing to remember
+            return
+        _, digits, texts = split
+        nbytes = _byte_counts(digits)
+        if nbytes is None or nbytes != [f.bytes for f in report.flows]:
+            return
+        known = dict(zip(texts, map(_KEY_JOB, report.flows)))
+        with self._lock:
+            old = self._hosts.pop(report.host, None)
+            self._entries += len(known) - (len(old) if old else 0)
+            self._hosts[report.host] = known
+            while self._entries > self.max_entries and self._hosts:
+                _, gone = self._hosts.popitem(last=False)
+                self._entries -= len(gone)
+
+
+_FLOWS_HEAD = b'{"flows":['
+_ENTRY_HEAD = b'{"bytes":'
+_ENTRY_SEP = b'},{"bytes":'
+_SECOND = operator.itemgetter(1)
+_KEY_JOB = operator.itemgetter(0, 1)
+
+
+def _split_flows(body: bytes) -> tuple[bytes, list[bytes], list[bytes]] | None:
+    """For a body in the codec's layout, ``{"flows":[{"bytes":D,T},...]<tail>``: (tail, the D, the T),
+    split at the first ``]`` and at every ``},{"bytes":``; None for any other shape. The split is exact
+    for a valid report (no ``{ } [ ] ,`` inside its entries' strings), and only texts remembered from
+    one are ever trusted: any other T sends the report to the full checks."""
+    if not body.startswith(_FLOWS_HEAD):
+        return None
+    end = body.find(b"]", len(_FLOWS_HEAD))
+    if end < 0:
+        return None
+    inner = body[len(_FLOWS_HEAD):end]
+    if not inner:
+        return body[end + 1:], [], []
+    if not (inner.startswith(_ENTRY_HEAD) and inner.endswith(b"}")):
+        return None
+    parts = [p.partition(b",") for p in inner[len(_ENTRY_HEAD):-1].split(_ENTRY_SEP)]
+    digits = [p[0] for p in parts]
+    texts = [p[2] for p in parts]
+    return body[end + 1:], digits, texts
+
+
+def _byte_counts(digits: list[bytes]) -> list[int] | None:
+    """The byte counters as integers if every one is a plain JSON integer in 0..2**63-1, else None."""
+    if not digits:
+        return []
+    joined = b"," + b",".join(digits) + b","
+    if (not joined.replace(b",", b"").isdigit() or b",," in joined
+            or joined.count(b",0") != joined.count(b",0,") or max(map(len, digits)) > 19):
+        return None  # not digits, empty, a leading zero, or too long
+    counts = list(map(int, digits))
+    return counts if max(counts) < 2**63 else None
+
+
 def _plain_report_flows(items: list[Any], jobs: set[str]) -> list[FlowReport] | None:
     """The flows of a report whose every entry is plain (exactly the fields, right types and ranges,
     a job of the report, no flow twice), in one tight loop; None as soon as one is not. This is the
@@ -339,16 +473,50 @@ def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
                        "job": job, "level": level} for k, job, level in reply.flows]}
 
 
-def encode_reply(reply: LevelsReply) -> bytes:
+def encode_reply(reply: LevelsReply, flows: bytes | None = None) -> bytes:
     """``codec.encode(reply_to_wire(reply))``, byte for byte, at a fraction of the cost: a controller
     answers ~100,000 flows per second. Flow entries are formatted directly in sorted key order; their
-    strings go through json's own C escaping."""
-    esc = _json_string
-    flows = ",".join([f'{{"dport":{k.dport},"dst":{esc(k.dst)},"job":{esc(job)},"level":{level},'
-                      f'"proto":{k.proto},"sport":{k.sport},"src":{esc(k.src)}}}' for k, job, level in reply.flows])
+    strings go through json's own C escaping. ``flows``: ``encode_flow_levels(reply.flows)``, if known."""
     head = encode({"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
                    "decision_age_s": reply.decision_age_s, "dscp_by_level": list(reply.dscp_by_level), "flows": []})
-    return head.replace(b'"flows":[]', b'"flows":[' + flows.encode() + b"]", 1)
+    if flows is None:
+        flows = encode_flow_levels(reply.flows)
+    return head.replace(b'"flows":[]', b'"flows":[' + flows + b"]", 1)
+
+
+def encode_flow_levels(flows: Iterable[FlowLevel]) -> bytes:
+    """The entries of a reply's ``flows`` list, comma-separated, as the codec writes them."""
+    esc = _json_string
+    return ",".join([f'{{"dport":{k.dport},"dst":{esc(k.dst)},"job":{esc(job)},"level":{level},'
+                     f'"proto":{k.proto},"sport":{k.sport},"src":{esc(k.src)}}}' for k, job, level in flows]).encode()
+
+
+class ReplyEncoder:
+    """``encode_reply``, reusing each host's encoded flow entries while its reply carries the very same
+    ``flows`` tuple (the controller hands a host the same tuple while its levels stay the same).
+    Thread-safe; at most ``max_bytes`` of entries are kept (least recent hosts go first)."""
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._hosts: OrderedDict[str, tuple[tuple[FlowLevel, ...], bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, host: str, reply: LevelsReply) -> bytes:
+        last = self._hosts.get(host)
+        if last is not None and last[0] is reply.flows:
+            with self._lock:
+                if host in self._hosts:
+                    self._hosts.move_to_end(host)
+            return encode_reply(reply, last[1])
+        flows = encode_flow_levels(reply.flows)
+        with self._lock:
+            old = self._hosts.pop(host, None)
+            self._bytes += len(flows) - (len(old[1]) if old else 0)
+            self._hosts[host] = (reply.flows, flows)
+            while self._bytes > self.max_bytes and self._hosts:
+                self._bytes -= len(self._hosts.popitem(last=False)[1][1])
+        return encode_reply(reply, flows)
 
 
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:

@@ -24,7 +24,7 @@ import grpc
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
-from leveller.rpc.schema import LevelsReply, Report, VERSION, encode_reply, report_from_wire, report_to_wire, \
+from leveller.rpc.schema import LevelsReply, Report, ReplyEncoder, ReportDecoder, VERSION, report_to_wire, \
     reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
@@ -64,9 +64,11 @@ class _Service:
         self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
         self.on_reject = on_reject or (lambda reason: None)
         self.replay = ReplayGuard()
+        self.decode_report = ReportDecoder(max_bytes)  # remembers each host's flow entries (schema.ReportDecoder)
+        self.encode_reply = ReplyEncoder()  # and the encoding of its levels
 
     def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
-              work: Callable[[dict[str, Any], float, float], dict[str, Any] | bytes]) -> bytes:
+              work: Callable[[bytes, float, float], dict[str, Any] | bytes]) -> bytes:
         now = self.clock()
         try:
             sent_at = auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
@@ -74,7 +76,7 @@ class _Service:
             self.on_reject("auth")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         try:
-            out = work(decode(body, self.max_bytes), now, sent_at)
+            out = work(body, now, sent_at)
             out = out if isinstance(out, bytes) else encode(out)
         except SchemaError as exc:
             self.on_reject("invalid")
@@ -86,16 +88,16 @@ class _Service:
         return out
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        def work(msg: dict[str, Any], now: float, sent_at: float) -> bytes:
-            report = report_from_wire(msg)
+        def work(body: bytes, now: float, sent_at: float) -> bytes:
+            report = self.decode_report(body)
             # a report refused by the handler afterwards still used up its number: harmless, the next is higher
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
-            return encode_reply(self.handler.report(report, now))
+            return self.encode_reply(report.host, self.handler.report(report, now))
         return self._call(REPORT, body, context, work)
 
     def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        def work(msg: dict[str, Any], now: float, sent_at: float) -> dict[str, Any]:
-            if msg != {"v": VERSION}:
+        def work(body: bytes, now: float, sent_at: float) -> dict[str, Any]:
+            if decode(body, self.max_bytes) != {"v": VERSION}:
                 raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
             return self.handler.status(now)
         return self._call(STATUS, body, context, work)
