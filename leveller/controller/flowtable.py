@@ -15,7 +15,7 @@ lock around every call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -80,6 +80,9 @@ class HostFlows:
         self.keys = list(flows)
         self.jobs = list(flows.values())
         self.ids = np.fromiter(map(ids.__getitem__, self.keys), dtype=np.int64, count=len(self.keys))
+        # the levels of these flows in the last reply (-1: not decided) and that reply's entries, reused
+        # while a new decision leaves them unchanged (the controller's business; None until the first reply)
+        self.last_reply: tuple[np.ndarray, Any] | None = None
 
 
 class FlowTable:

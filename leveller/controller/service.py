@@ -76,7 +76,9 @@ class Controller:
             return self._reply(held)
 
     def _reply(self, held: HostFlows) -> LevelsReply:
-        """The levels of a host's flows in the current decision (flows it does not cover are left out)."""
+        """The levels of a host's flows in the current decision (flows it does not cover are left out).
+        The entries of the host's previous reply are reused when its flows' levels did not change, so
+        steady levels cost a few array operations per report (and the encoder can reuse its bytes)."""
         d = self.decision
         flows: tuple[FlowLevel, ...] = ()
         if d is not None and d.flows is not None and d.level_array is not None and held.keys:
@@ -88,12 +90,20 @@ class Controller:
             inside = (idx >= 0) & (idx < len(snap.row_by_id))
             row = np.full(len(idx), -1, dtype=np.int64)
             row[inside] = snap.row_by_id[idx[inside]]
-            pick = np.flatnonzero(row >= 0)  # -1: not in the decision (new flow)
-            keys, jobs = held.keys, held.jobs
-            if len(pick) < len(keys):
-                keys, jobs = [keys[i] for i in pick.tolist()], [jobs[i] for i in pick.tolist()]
-            # tuple.__new__ builds the FlowLevel named tuples without a Python frame per flow
-            flows = tuple(map(tuple.__new__, repeat(FlowLevel), zip(keys, jobs, d.level_array[row[pick]].tolist())))
+            levels = np.full(len(row), -1, dtype=np.int64)  # -1: not in the decision (new flow)
+            decided = row >= 0
+            levels[decided] = d.level_array[row[decided]]
+            last = held.last_reply
+            if last is not None and np.array_equal(last[0], levels):
+                flows = last[1]
+            else:
+                pick = np.flatnonzero(levels >= 0)
+                keys, jobs = held.keys, held.jobs
+                if len(pick) < len(keys):
+                    keys, jobs = [keys[i] for i in pick.tolist()], [jobs[i] for i in pick.tolist()]
+                # tuple.__new__ builds the FlowLevel named tuples without a Python frame per flow
+                flows = tuple(map(tuple.__new__, repeat(FlowLevel), zip(keys, jobs, levels[pick].tolist())))
+                held.last_reply = (levels, flows)
         return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age())
 
     def decision_age(self) -> float:

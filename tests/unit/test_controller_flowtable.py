@@ -141,3 +141,21 @@ def test_a_decision_over_no_flows_answers_reports_with_no_levels() -> None:
     ctl.report(report("h1", {}, {"a": 50}), NOW)
     ctl.step(NOW)
     assert ctl.report(report("h1", {key(0): "a"}, {"a": 50}), NOW + 0.5).flows == ()
+
+
+def test_a_hosts_reply_is_reused_only_while_its_levels_stay_the_same() -> None:
+    ctl = controller(RecordingPaths())
+    flows = {key(0): "a", key(1): "b"}  # one link: a and b contend
+    ctl.report(report("h1", flows, {"a": 50, "b": 90}), NOW)
+    ctl.step(NOW)
+    first = ctl.report(report("h1", flows, {"a": 50, "b": 90}), NOW + 0.5).flows
+    assert first == (FlowLevel(key(0), "a", 1), FlowLevel(key(1), "b", 0))  # a: lower R, higher level
+    ctl.step(NOW + 1)  # a new decision with the same levels: the same entries
+    assert ctl.report(report("h1", flows, {"a": 50, "b": 90}), NOW + 1.5).flows is first
+    ctl.report(report("h1", flows, {"a": 150, "b": 90}), NOW + 2)
+    ctl.step(NOW + 2)  # a overtakes b: the levels swap and the reply must say so
+    assert ctl.report(report("h1", flows, {"a": 150, "b": 90}), NOW + 2.5).flows == \
+        (FlowLevel(key(0), "a", 0), FlowLevel(key(1), "b", 1))
+    ctl.report(report("h1", {key(0): "a", key(2): "b"}, {"a": 150, "b": 90}), NOW + 3)  # key(2): not decided yet
+    assert ctl.report(report("h1", {key(0): "a", key(2): "b"}, {"a": 150, "b": 90}), NOW + 3.1).flows == \
+        (FlowLevel(key(0), "a", 0),)
