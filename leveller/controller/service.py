@@ -70,7 +70,7 @@ class Controller:
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
             held = self.flows.update_host(report.host, map(_KEY_JOB, report.flows))
-            self.metrics.reports.labels(report.host).inc()
+            self.metrics.reports.inc(report.host)
             if self.on_iteration and _progressed(before.report if before else None, report):
                 self._wake.set()
             return self._reply(held)
