@@ -297,12 +297,6 @@ class ReportDecoder:
         self._remember(body, report)
         return report
 
-    def forget(self, host: str) -> None:
-        """Drop what is remembered of ``host`` (e.g. when it went stale)."""
-        with self._lock:
-            known = self._hosts.pop(host, None)
-            self._entries -= len(known) if known else 0
-
     def _fast(self, body: bytes) -> Report | None:
         split = _split_flows(body)
         if split is None:
