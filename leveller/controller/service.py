@@ -7,7 +7,8 @@ gone stale, asks the path provider once, in one batch, for the flows it has
 never routed (paths are cached per flow), runs controller.decide over numpy
 arrays (leveller.core policy + pruning) outside the lock, and keeps the
 result; each agent's next report is answered with the levels of its flows, a
-lease, and the age of the decision (measured from when the step began).
+lease, and the age of the decision (measured from when the step began); a host
+whose flows' levels did not change gets the same reply entries as before.
 Agents keep levels only until the lease after the decision, so a failed step
 (e.g. the SDN app unreachable, levels kept, the error counted and shown in
 status) or a step that takes longer than the lease ends the levels on every

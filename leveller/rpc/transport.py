@@ -8,7 +8,9 @@ UNAUTHENTICATED or INVALID_ARGUMENT with the field in the message, and the
 handler is not called (so nothing changes). Each client numbers its reports
 under a random run id; a report not newer than the last one accepted from its
 host (a replay) is refused UNAUTHENTICATED (leveller.rpc.replay). Oversize messages are refused by
-gRPC itself (RESOURCE_EXHAUSTED) through max message length options.
+gRPC itself (RESOURCE_EXHAUSTED) through max message length options. At 1,000 agents the server
+remembers, per host, the text of its validated flow entries and the encoding of its levels
+(schema.ReportDecoder, schema.ReplyEncoder): same results and errors, a fraction of the work.
 """
 
 from __future__ import annotations
