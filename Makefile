@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim torch demo test test-unit bench clean
+.PHONY: setup system venv shim torch demo test test-unit bench mutants clean
 
 setup: system venv shim
 
@@ -36,6 +36,13 @@ test: setup
 
 test-unit: venv
 	$(PY) -m pytest -q -ra tests/unit
+
+# Mutation testing of leveller/core, leveller/sim and the wire validation against the unit tests
+# (minutes, not part of `make test`). Report: mutants/report.md (MUTANTS=leveller.core.rate to narrow).
+mutants: venv
+	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -e ".[dev,mutants]" \
+		2> >(grep -v "^WARNING: Location 'file:" >&2)
+	$(PY) scripts/mutants.py $(MUTANTS)
 
 bench: setup
 	$(VENV)/bin/leveller bench datapath
