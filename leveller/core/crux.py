@@ -76,7 +76,7 @@ def gpu_intensity(gpus: int, compute_s: Number, bottleneck_time_s: Number) -> fl
     """Crux's ``I_j = W_j / t_j`` with ``W_j = gpus * compute_s`` (GPU-seconds per iteration)."""
     if gpus < 1:
         raise UserError(f"gpus must be >= 1, got {gpus!r}")
-    if compute_s < 0:
+    if not compute_s >= 0:  # also refuses NaN
         raise UserError(f"compute_s must be >= 0, got {compute_s!r}")
     if not bottleneck_time_s > 0:
         raise UserError(f"bottleneck_time_s must be > 0, got {bottleneck_time_s!r}")
@@ -105,7 +105,7 @@ class CruxJob:
             raise UserError("job name must be a non-empty string")
         if self.gpus < 1:
             raise UserError(f"job {self.name!r}: gpus must be >= 1, got {self.gpus!r}")
-        if self.compute_s < 0:
+        if not self.compute_s >= 0:  # also refuses NaN
             raise UserError(f"job {self.name!r}: compute_s must be >= 0, got {self.compute_s!r}")
         if not self.comm_s > 0:
             raise UserError(f"job {self.name!r}: comm_s must be > 0, got {self.comm_s!r}")
