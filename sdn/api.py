@@ -94,9 +94,14 @@ MAX_BATCH = 100_000  # flows in one POST /links (about 5 MB of answer)
 def batch_links(logic: Any, body: bytes, max_bytes: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """The answer of POST /links: link names once, each flow's path as indices into them."""
     value = loads(body, max_bytes) if body.strip() else None
-    flows = value.get("flows") if isinstance(value, dict) and set(value) == {"flows"} else None
-    if not isinstance(flows, list):
+    if not isinstance(value, dict) or "flows" not in value:
         raise SchemaError("body", f'expected {{"flows": [[src, dst, sport, dport, proto], ...]}}; got {json_type(value)}')
+    for key in value:
+        if key != "flows":
+            raise SchemaError(key, "unknown field; allowed: flows")
+    flows = value["flows"]
+    if not isinstance(flows, list):
+        raise SchemaError("flows", f"expected a list of [src, dst, sport, dport, proto]; got {json_type(flows)}")
     if len(flows) > MAX_BATCH:
         raise SchemaError("flows", f"{len(flows)} entries; at most {MAX_BATCH} per request")
     names: dict[str, int] = {}
@@ -136,7 +141,8 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
 
     def app(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/").rstrip("/") or "/"
-        query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+        # Blank values are kept (sport= is an error, not the default) and unknown keys refused.
+        query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True).items()}
         logic = view.logic
         try:
             if method == "GET" and path == "/health":
@@ -146,6 +152,9 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
             if method == "GET" and path == "/levels":
                 return reply(start, "200 OK", logic.level_map.to_dict())
             if method == "GET" and path == "/paths":
+                for key in query:
+                    if key not in FLOW_FIELDS:
+                        raise SchemaError(key, f"unknown query parameter; allowed: {', '.join(FLOW_FIELDS)}")
                 described = logic.describe(flow_from_mapping(query))
                 if described is None:
                     return reply(start, "404 Not Found", {"error": "src/dst are not hosts of the topology"})
@@ -160,8 +169,9 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
             if method == "GET" and path == "/flows":
                 installed = list(logic.flows)  # a snapshot: the switch handlers change the dict meanwhile
                 return reply(start, "200 OK", heavy(lambda: {"flows": [logic.describe(f) for f in sorted(installed)]}))
-            if method == "GET" and path.startswith("/hosts/") and path.endswith("/paths"):
-                host = path.split("/")[2]
+            parts = path.split("/")
+            if method == "GET" and len(parts) == 4 and parts[1] == "hosts" and parts[3] == "paths":
+                host = parts[2]
                 if host not in {h.name for h in logic.topo.hosts}:
                     return reply(start, "404 Not Found", {"error": f"unknown host {host!r}"})
                 return reply(start, "200 OK", heavy(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
@@ -65,22 +66,26 @@ def flow_key(src: Any, dst: Any, sport: Any = 0, dport: Any = 0, proto: Any = "t
     if isinstance(proto, str) and proto.lower() in PROTOCOLS:
         proto_n = PROTOCOLS[proto.lower()]
     else:
-        try:
-            proto_n = int(proto)
-        except (TypeError, ValueError):
-            raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255") from None
-        if not 0 <= proto_n <= 255:
+        proto_n = _integer(proto)
+        if proto_n is None or not 0 <= proto_n <= 255:
             raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255")
     ports = []
     for name, value in (("sport", sport), ("dport", dport)):
-        try:
-            port = int(value)
-        except (TypeError, ValueError):
-            raise UserError(f"flow: {name} = {value!r} is invalid; an integer 0..65535") from None
-        if not 0 <= port <= 65535:
+        port = _integer(value)
+        if port is None or not 0 <= port <= 65535:
             raise UserError(f"flow: {name} = {value!r} is invalid; an integer 0..65535")
         ports.append(port if proto_n in (6, 17) else 0)
     return FlowKey(str(src), str(dst), ports[0], ports[1], proto_n)
+
+
+def _integer(value: Any) -> int | None:
+    """An integer, or a string of ASCII digits; None for anything else (int() would also take
+    True, 1.5, " 1", "1_000" and non-ASCII digits)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def stable_hash(flow: FlowKey) -> int:
