@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 import threading
 
@@ -85,6 +86,11 @@ def run(args: argparse.Namespace) -> int:
               f"(ideal {spec.compute_s + spec.comm_s:.3f} s)", file=sys.stderr)
     if not ok:
         failed = [r for r in results if r.returncode != 0]
-        detail = "; ".join(f"worker {r.rank} exit {r.returncode}: {r.stderr.strip()[-300:]}" for r in failed)
+        # Workers the launcher stopped (SIGTERM) because another one failed are not the cause.
+        causes = [r for r in failed if r.returncode != -signal.SIGTERM] or failed
+        detail = "; ".join(f"worker {r.rank} exit {r.returncode}: {r.stderr.strip()[-300:]}" for r in causes)
+        stopped = [str(r.rank) for r in failed if r not in causes]
+        if stopped:
+            detail += f" (then stopped worker {', '.join(stopped)})"
         raise UserError(f"job {spec.name} failed: {detail}")
     return 0
