@@ -29,7 +29,7 @@ import pytest
 from leveller.rpc import auth
 from leveller.rpc.codec import encode
 from leveller.rpc.replay import new_run_id
-from leveller.rpc.transport import REPORT, ControllerClient
+from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure
 
 from .support import free_port, leveller_proc, send_report, wait_until
 
@@ -56,7 +56,7 @@ def _status_or_none(address: str) -> dict[str, Any] | None:
     try:
         with ControllerClient(address, SECRET.encode(), timeout_s=2) as client:
             return client.status()
-    except Exception:
+    except RpcFailure:  # not up yet (UNAVAILABLE); anything else is a failure of the test
         return None
 
 

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+import grpc
+import pytest
 from prometheus_client import generate_latest
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
@@ -18,7 +20,7 @@ from leveller.core.paths import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
-from leveller.rpc.transport import ControllerClient, serve
+from leveller.rpc.transport import ControllerClient, RpcFailure, serve
 from tests.fakes import RecordingEnforcer
 
 SECRET = b"controller-test-secret"
@@ -66,11 +68,10 @@ def test_levels_status_metrics_and_lease_fallback(tmp_path: Path) -> None:
         assert status["jobs"][1]["rate"] < status["jobs"][0]["rate"]
         assert {f["job"]: f["level"] for f in status["flows"]} == {"a": 0, "b": 1}
 
-        with ControllerClient(address, b"not-the-right-secret!") as bad:
-            try:
-                bad.status()
-            except Exception:
-                pass
+        with ControllerClient(address, b"not-the-right-secret!") as bad, \
+                pytest.raises(RpcFailure, match="UNAUTHENTICATED") as refused:
+            bad.status()
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
         text = generate_latest(ctl.metrics.registry).decode()
         rate_b = float(re.search(r'leveller_job_rate\{job="b"\} (\S+)', text).group(1))  # type: ignore[union-attr]
         assert 0.5 < rate_b < 0.65
