@@ -46,9 +46,25 @@ def test_equal_rates_tie_goes_to_job_listed_first(capsys, tmp_path) -> None:  # 
     assert json.loads(capsys.readouterr().out) == {"levels": {"a": 0, "b": 1}}
 
 
-def test_table_output(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "1"]) == 0
-    assert "f22" in capsys.readouterr().out
+def table_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if line.startswith("│")]
+
+
+@pytest.mark.parametrize("k,levels", [
+    ("2", {"f1": 1, "f21": 0, "f22": 1, "f3": 0, "f4": 0}),  # Figure 6
+    ("3", {"f1": 2, "f21": 1, "f22": 2, "f3": 1, "f4": 1}),
+    ("1", {"f1": 0, "f21": 0, "f22": 0, "f3": 0, "f4": 0}),
+])
+def test_table_shows_every_flow_with_its_job_rate_links_and_level(capsys, tmp_path, k, levels) -> None:  # type: ignore[no-untyped-def]
+    assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", k]) == 0
+    out = capsys.readouterr().out
+    assert f"{k} levels (K-1 = highest priority)" in out
+    rows = table_rows(out)
+    got = {r[0]: (r[1], float(r[2]), r[3].split(","), int(r[4])) for r in rows}
+    assert got == {f: (spec["job"], FIG6["jobs"][spec["job"]]["rate"], spec["links"], levels[f])
+                   for f, spec in FIG6["flows"].items()}
+    shown = [int(r[4]) for r in rows]
+    assert shown == sorted(shown, reverse=True)  # highest level first
 
 
 @pytest.mark.parametrize("data,k,words", [

@@ -19,8 +19,16 @@ def test_model_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-u
     assert out["trio"]["fair"] == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
     assert out["trio"]["leveller"] == pytest.approx([0.6, 0.6, 0.6], abs=TOL)
     assert out["trio"]["crux"][1] == pytest.approx(0.0, abs=TOL)
+    # one panel per policy: fair shares the link, crux and leveller make a job wait (strict priority);
+    # in the trio, crux starves job 2: its panel is one long wait
+    from leveller.sim.timeline import COLORS
+    from tests.pictures import colour_pixels, shares
+
     for name in ("pair-model-timeline.png", "trio-model-timeline.png"):
-        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+        drawn = shares(colour_pixels(tmp_path / name, COLORS))
+        assert drawn["share"] > 0.05 and drawn["wait"] > 0.05 and drawn["compute"] > 0.15, (name, drawn)
+    trio, pair = (shares(colour_pixels(tmp_path / f"{n}-model-timeline.png", COLORS)) for n in ("trio", "pair"))
+    assert trio["wait"] > pair["wait"], (trio, pair)
 
 
 def test_model_table(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -103,9 +103,22 @@ def test_bad_arguments() -> None:
 def test_timeline_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from leveller.sim.timeline import plot_timelines
 
+    from leveller.sim.timeline import COLORS
+    from tests.pictures import colour_pixels, shares, widest_row_coverage
+
+    # The picture shows each state of each job for as long as it lasts: the area of each colour is the
+    # state's share of the time (bars have one height), here with strict priority (waits, no sharing).
     res = simulate_link(PRESETS["fig3"], make_policy("leveller"), cycles=10, record_until=Fraction(15))
     out = plot_timelines([("leveller", res)], tmp_path / "t.png", Fraction(15))
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    time_in = {k: 0.0 for k in COLORS}
+    for seg in res.segments:
+        if seg.start < 15:
+            time_in[seg.kind] += float(min(seg.end, Fraction(15)) - seg.start)
+    assert time_in["wait"] > 0 and time_in["share"] == 0
+    drawn = shares(colour_pixels(out, COLORS))
+    for kind, share in shares(time_in).items():
+        assert drawn[kind] == pytest.approx(share, abs=0.02), (kind, drawn, time_in)
+    assert widest_row_coverage(out, COLORS) > 0.95  # a job is always in some state: no gaps in its row
 
 
 job_sets = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=4)
