@@ -41,3 +41,17 @@ def widest_row_coverage(png: Path, colours: Mapping[str, str], tolerance: float 
     row = hit[int(np.argmax(hit.sum(axis=1)))]
     cols = np.flatnonzero(row)
     return float(row.sum() / (cols[-1] - cols[0] + 1)) if cols.size else 0.0
+
+
+def cycle_colours(n: int) -> list[str]:
+    """The first ``n`` colours matplotlib gives series that set none, as #rrggbb."""
+    import matplotlib
+    from matplotlib.colors import to_hex
+
+    return [to_hex(c) for c in matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][:n]]
+
+
+def over_white(hexcode: str, alpha: float) -> str:
+    """The colour ``hexcode`` drawn with ``alpha`` over a white background."""
+    rgb = [int(hexcode[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(255 * (1 - alpha * (1 - c))):02x}" for c in rgb)

@@ -146,6 +146,17 @@ def wait_connected(client: Any, timeout: float = 20.0) -> None:
     raise AssertionError(f"switches did not connect: {client.health()}")
 
 
+def listening(tb: Any, host: str, port: int) -> bool:
+    """True once a TCP socket listens on ``port`` in the testbed host's namespace."""
+    res = subprocess.run(tb.exec_argv(host, ["ss", "-Hltn", f"sport = :{port}"]), capture_output=True, text=True)
+    return res.returncode == 0 and bool(res.stdout.strip())
+
+
+def wait_listening(tb: Any, host: str, port: int, timeout_s: float = 20.0) -> None:
+    """Wait until a server in ``host``'s namespace listens on ``port`` (not "probably up after a sleep")."""
+    wait_until(lambda: listening(tb, host, port), timeout_s, f"a listener on {host}:{port}")
+
+
 def run_pair(tb: Any, tos_a: int, tos_b: int, seconds: int = 8, window: tuple[float, float] = (2.0, 8.0),
              during: Callable[[], None] | None = None) -> list[float]:
     """On a dumbbell testbed: iperf3 flow A h1->h3 and flow B h2->h4 at the same time, with IP_TOS
@@ -156,7 +167,8 @@ def run_pair(tb: Any, tos_a: int, tos_b: int, seconds: int = 8, window: tuple[fl
     try:
         servers = [iperf_server(tb, "h3", 5301), iperf_server(tb, "h4", 5302)]
         procs += servers
-        time.sleep(0.5)
+        wait_listening(tb, "h3", 5301)
+        wait_listening(tb, "h4", 5302)
         clients = [iperf_client(tb, "h1", "10.0.0.3", 5301, seconds, tos_a),
                    iperf_client(tb, "h2", "10.0.0.4", 5302, seconds, tos_b)]
         procs += clients

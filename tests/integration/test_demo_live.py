@@ -32,6 +32,14 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:  # type: ig
     assert lev.switches >= 20
     assert lev.min >= 0.78
     assert lev.min > crux.min + 0.05
-    assert (tmp_path / "out" / "pair-leveller-timeline.png").read_bytes()[:4] == b"\x89PNG"
+    # the picture: both jobs' R lines, and both jobs holding the top level in turn (shaded spans)
+    from tests.pictures import colour_pixels, cycle_colours, over_white
+
+    c1, c2 = cycle_colours(2)
+    png = tmp_path / "out" / "pair-leveller-timeline.png"
+    lines = colour_pixels(png, {"r1": c1, "r2": c2}, tolerance=0.1)  # thin lines: anti-aliased
+    spans = colour_pixels(png, {"top1": over_white(c1, 0.35), "top2": over_white(c2, 0.35)})
+    assert lines["r1"] > 100 and lines["r2"] > 100, lines
+    assert min(spans.values()) > 0.2 * max(spans.values()) > 0, spans
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]
     assert not (tmp_path / "run").exists() and not (tmp_path / "run.work").exists()

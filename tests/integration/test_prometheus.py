@@ -117,7 +117,9 @@ def test_prometheus_scrapes_controller_and_agent(tmp_path: Path) -> None:
             return result if {r["metric"]["job"] for r in result} == set(PORTS) else None
         wait_until(levels_seen, 45, lambda: f"level series of both jobs in Prometheus; controller: "
                    f"{ctl.output()[-800:]} agent: {agent.output()[-800:]}")
-        time.sleep(2)  # a few more scrapes: rate() windows need two samples
+        # rate() windows need two samples of every target
+        wait_until(lambda: all(float(r["value"][1]) >= 2 for r in query(url, "count_over_time(up[1m])"))
+                   and len(query(url, "up")) == 2, 30, "two scrapes of each target")
 
         targets = {r["metric"]["instance"]: r["value"][1] for r in query(url, "up")}
         assert targets == {f"127.0.0.1:{ctl_metrics}": "1", f"127.0.0.1:{agent_metrics}": "1"}
@@ -127,8 +129,10 @@ def test_prometheus_scrapes_controller_and_agent(tmp_path: Path) -> None:
         rates = {r["metric"]["job"]: float(r["value"][1]) for r in query(url, "leveller_job_rate", at)}
         levels = {(r["metric"]["flow"], r["metric"]["job"]): int(r["value"][1])
                   for r in query(url, "leveller_flow_level", at)}
-        time.sleep(1)  # the decision behind a scraped value is on the controller's stdout by now
-        decided = decisions(ctl)
+        # the decision behind a scraped value reaches the controller's stdout a moment later
+        decided = wait_until(lambda: (lambda d: d if all(rate in {x["rates"].get(job) for x in d}
+                                                         for job, rate in rates.items()) else None)(decisions(ctl)),
+                             10, lambda: f"the scraped rates {rates} among the controller's decisions")
         for job, rate in rates.items():
             assert rate in {d["rates"].get(job) for d in decided}, (job, rate, decided[-3:])
         assert set(rates) == set(PORTS) and rates["fast"] < rates["slow"]

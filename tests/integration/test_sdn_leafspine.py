@@ -20,6 +20,8 @@ from leveller.testbed.traffic import host_python
 from leveller.controller.paths import SdnPaths
 from sdn.client import SdnClient
 
+from .support import wait_listening
+
 pytestmark = pytest.mark.privileged
 SINK_PORT = 9000
 RULE_RE = re.compile(r"cookie=(0x[0-9a-f]+).*table=1, n_packets=(\d+).*in_port=(\d+).*actions=output:(\d+)")
@@ -49,7 +51,8 @@ def test_reported_paths_match_switch_counters_and_ecmp_spreads(tmp_path):
             time.sleep(0.2)
         for h in topo.hosts:
             procs.append(subprocess.Popen(host_python(tb, h.name, "sink", SINK_PORT), start_new_session=True))
-        time.sleep(1.0)
+        for h in topo.hosts:
+            wait_listening(tb, h.name, SINK_PORT)
         rng = random.Random(4)
         flows: dict[str, list] = {}
         for i in range(20):

@@ -14,13 +14,22 @@ import pytest
 
 from leveller.core.qos import default_level_map
 
-from .support import dumbbell_testbed, run_pair
+from .support import dumbbell_testbed, run_pair, wait_until
 
 pytestmark = pytest.mark.privileged
 BOTTLENECK = 50.0
 LEVELS = default_level_map(4)
 TOP = LEVELS.dscp_for_level(3) << 2
 BOTTOM = LEVELS.dscp_for_level(0) << 2
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a daemon killed outside our children may stay one)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 @pytest.fixture
@@ -43,9 +52,12 @@ def test_top_level_flow_takes_the_bottleneck(dumbbell):
     # the app reports both flows' paths over the bottleneck and counts bytes in the queues used
     flows = {(p["src_host"], p["dst_host"]): p for p in client.flows()}
     assert "s1>s2" in flows[("h1", "h3")]["links"] and "s1>s2" in flows[("h2", "h4")]["links"]
-    time.sleep(1.5)
-    q = {(r["switch"], r["port"], r["queue"]): r["tx_bytes"] for r in client.queues()}
-    assert q[("s1", 1, 3)] > 20e6 and q[("s1", 1, 0)] > 20e6  # top and bottom queues both carried data
+    def queue_bytes() -> dict[tuple[str, int, int], int] | None:
+        # the app polls queue statistics every second: wait for a poll that saw the runs' bytes
+        q = {(r["switch"], r["port"], r["queue"]): r["tx_bytes"] for r in client.queues()}
+        return q if q.get(("s1", 1, 3), 0) > 20e6 and q.get(("s1", 1, 0), 0) > 20e6 else None
+
+    q = wait_until(queue_bytes, 15, lambda: f"bytes on the top and bottom queues of s1 port 1: {client.queues()}")
     assert q[("s1", 1, 1)] < 1e6  # level 1 was never used
 
 
@@ -53,9 +65,10 @@ def test_forwarding_and_queue_mapping_recover_after_restarts(dumbbell):
     tb, client = dumbbell
 
     def kill_and_restart_vswitchd():
-        time.sleep(2)
-        os.kill(tb.ovs.pid("ovs-vswitchd"), signal.SIGKILL)
-        time.sleep(1)
+        time.sleep(2)  # the flows run a while first (part of the scenario, not a wait for readiness)
+        pid = tb.ovs.pid("ovs-vswitchd")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _running(pid), 10, f"ovs-vswitchd (pid {pid}) gone after SIGKILL")
         # the operator's only step: bring the daemon back (same as `leveller testbed up` again)
         subprocess.run([sys.executable, "-m", "leveller.cli", "testbed", "up", "--name", tb.name,
                         "--run-dir", str(tb.run_dir)], check=True,
