@@ -65,9 +65,20 @@ def statuses() -> dict[str, str]:
     return out
 
 
+def source_of(mutant: str) -> str:
+    """`leveller.core.rate.x_f__mutmut_3` -> `leveller/core/rate.py` (the mutated module's file)."""
+    module = mutant.rsplit(".", 1)[0]
+    return module.replace(".", "/") + ".py"
+
+
 def diff_of(mutant: str) -> str:
-    res = subprocess.run(MUTMUT + ["show", mutant], cwd=ROOT, capture_output=True, text=True)
-    return "\n".join(line for line in res.stdout.splitlines() if not line.startswith("# "))
+    """The mutant's diff, read in this process (`mutmut show` per mutant costs a second each)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    try:
+        return "\n".join(get_diff_for_mutant(mutant, path=source_of(mutant)).splitlines()[2:])
+    except Exception as exc:  # noqa: BLE001  a diff is a courtesy of the report, never its failure
+        return f"(no diff: {exc})"
 
 
 def report(status: dict[str, str], equivalent: dict[str, str]) -> tuple[str, bool]:
@@ -115,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_run:
         # mutmut exits non-zero when mutants survive; the report decides.
         subprocess.run(MUTMUT + ["run", "--max-children", str(args.children)], cwd=ROOT)
+    os.chdir(ROOT)
     text, ok = report(statuses(), load_equivalent())
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(text)

@@ -181,7 +181,7 @@ def _version(msg: Mapping[str, Any]) -> None:
 
 def _flow(value: dict[str, Any], field: str) -> FlowKey:
     proto = value["proto"]
-    if isinstance(proto, bool) or proto not in _PROTOS:
+    if type(proto) not in (int, str) or proto not in _PROTOS:  # not True (== 1) nor 6.0 (== 6)
         raise SchemaError(f"{field}.proto", f"{proto!r} is invalid; tcp, udp, 6 or 17")
     for port in ("sport", "dport"):
         _int(value[port], f"{field}.{port}", 0, 65535)

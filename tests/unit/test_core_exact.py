@@ -1,0 +1,168 @@
+"""Exact outputs of the core's data builders: tc commands, queue configs, DSCP tables, flow keys, the
+flow's dictionaries the SDN API serves, and every refusal's message.
+
+These are what other programs read (tc, OVSDB, the HTTP API's clients, a user reading an error),
+so they are pinned as literal values written from the contracts, not recomputed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from leveller.core.errors import UserError
+from leveller.core.paths import choose_path, flow_from_mapping, flow_key, shortest_paths, stable_hash, graph
+from leveller.core.qos import (LevelMap, QueueConfig, default_level_map, dscp_levels, htb_classid, level_map_from_dict,
+                               queue_configs, tc_dscp_filters)
+from leveller.core.topology import preset
+
+
+def test_tc_filters_for_two_levels() -> None:
+    lm = LevelMap(dscp=(0, 46), queue=(0, 1))
+    assert tc_dscp_filters("s1-p1", lm) == [
+        ["tc", "filter", "del", "dev", "s1-p1", "parent", "1:", "protocol", "ip"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+         "dsfield", "0x00", "0xfc", "flowid", "1:1"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "2", "u32", "match", "ip",
+         "dsfield", "0xb8", "0xfc", "flowid", "1:2"],
+    ]
+
+
+def test_htb_class_of_a_queue_is_hex() -> None:
+    assert [htb_classid(q) for q in (0, 1, 9, 15)] == ["1:1", "1:2", "1:a", "1:10"]
+
+
+def test_queue_configs_priorities_and_rates() -> None:
+    assert queue_configs(3, 100.0) == [QueueConfig(0, 2, 100_000, 100_000_000), QueueConfig(1, 1, 100_000, 100_000_000),
+                                       QueueConfig(2, 0, 100_000, 100_000_000)]
+    assert queue_configs(2, 1.0) == [QueueConfig(0, 1, 12_000, 1_000_000), QueueConfig(1, 0, 12_000, 1_000_000)]
+    assert queue_configs(1, None) == [QueueConfig(0, 0, 12_000, None)]
+    assert queue_configs(1, 50.5)[0].max_rate_bps == 50_500_000 and queue_configs(1, 50.5)[0].min_rate_bps == 50_500
+
+
+def test_dscp_table_covers_every_value() -> None:
+    table = dscp_levels(LevelMap(dscp=(10, 20, 46), queue=(0, 1, 2)))
+    assert len(table) == 64
+    assert (table[10], table[20], table[46]) == (0, 1, 2)
+    assert [d for d in range(64) if table[d] != 0] == [20, 46]
+    assert dscp_levels(default_level_map(4)) == tuple({8: 1, 16: 2, 24: 3}.get(d, 0) for d in range(64))
+
+
+def test_level_map_lookups_and_dict() -> None:
+    lm = LevelMap(dscp=(0, 8, 16), queue=(0, 1, 2))
+    assert [lm.dscp_for_level(level) for level in range(3)] == [0, 8, 16]
+    for bad in (-1, 3):
+        with pytest.raises(UserError) as exc:
+            lm.dscp_for_level(bad)
+        assert str(exc.value) == f"level = {bad} is invalid; 0..2"
+    assert lm.queue_for_dscp(16) == 2 and lm.queue_for_dscp(46) == 0
+    assert lm.to_dict() == {"levels": 3, "dscp": [0, 8, 16], "queue": [0, 1, 2]}
+    assert default_level_map(2) == LevelMap(dscp=(0, 8), queue=(0, 1))
+
+
+@pytest.mark.parametrize("levels", [0, 9, True, 2.0, "4"])
+def test_default_level_map_refuses(levels: object) -> None:
+    with pytest.raises(UserError) as exc:
+        default_level_map(levels)  # type: ignore[arg-type]
+    assert str(exc.value) == f"levels = {levels!r} is invalid; an integer 1..8"
+
+
+@pytest.mark.parametrize("data,message", [
+    ({}, "qos: dscp = None is invalid; a list of 1..8 values, index = level"),
+    ({"dscp": "0,8"}, "qos: dscp = '0,8' is invalid; a list of 1..8 values, index = level"),
+    ({"dscp": []}, "qos: dscp = [] is invalid; a list of 1..8 values, index = level"),
+    ({"dscp": list(range(9))}, "qos: dscp = [0, 1, 2, 3, 4, 5, 6, 7, 8] is invalid; a list of 1..8 values, "
+                               "index = level"),
+    ({"dscp": [0, 64]}, "qos: dscp value 64 is invalid; integers 0..63"),
+    ({"dscp": [0, -1]}, "qos: dscp value -1 is invalid; integers 0..63"),
+    ({"dscp": [0, True]}, "qos: dscp value True is invalid; integers 0..63"),
+    ({"dscp": [8, 8]}, "qos: dscp = [8, 8] is invalid; values must be distinct"),
+    ({"dscp": [0, 8], "queue": [0]}, "qos: queue = [0] is invalid; one queue per level (2)"),
+    ({"dscp": [0, 8], "queue": 5}, "qos: queue = 5 is invalid; one queue per level (2)"),
+    ({"dscp": [0, 8], "queue": [0, 2]}, "qos: queue value 2 is invalid; integers 0..1"),
+    ({"dscp": [0, 8], "queue": [0, -1]}, "qos: queue value -1 is invalid; integers 0..1"),
+    ({"dscp": [0, 8], "queue": [False, 1]}, "qos: queue value False is invalid; integers 0..1"),
+    ({"dscp": [0, 8], "queue": [1, 0]}, "qos: queue = [1, 0] is invalid; a higher level may not get a lower queue"),
+])
+def test_level_map_from_dict_refuses_with_its_message(data: dict, message: str) -> None:
+    with pytest.raises(UserError) as exc:
+        level_map_from_dict(data)
+    assert str(exc.value) == message
+
+
+def test_level_map_from_dict_accepts() -> None:
+    assert level_map_from_dict({"dscp": [0, 46]}) == LevelMap(dscp=(0, 46), queue=(0, 1))
+    assert level_map_from_dict({"dscp": [0, 10, 46], "queue": [0, 0, 2]}) == LevelMap((0, 10, 46), (0, 0, 2))
+    assert level_map_from_dict({"dscp": [63] * 1 + list(range(7))}).levels == 8
+
+
+@pytest.mark.parametrize("args,message", [
+    (("10.0.0.1", "10.0.0.2", 0, 0, 256), "flow: proto = 256 is invalid; tcp, udp, icmp or 0..255"),
+    (("10.0.0.1", "10.0.0.2", 0, 0, -1), "flow: proto = -1 is invalid; tcp, udp, icmp or 0..255"),
+    (("10.0.0.1", "10.0.0.2", 0, 0, "sctp"), "flow: proto = 'sctp' is invalid; tcp, udp, icmp or 0..255"),
+    (("10.0.0.1", "10.0.0.2", 65536, 0), "flow: sport = 65536 is invalid; an integer 0..65535"),
+    (("10.0.0.1", "10.0.0.2", 0, -1), "flow: dport = -1 is invalid; an integer 0..65535"),
+    (("10.0.0.1", "10.0.0.2", 0, "http"), "flow: dport = 'http' is invalid; an integer 0..65535"),
+    (("10.0.0.1", "10.0.0.2", True, 0), "flow: sport = True is invalid; an integer 0..65535"),
+    (("10.0.0.1", "10.0.0.2", 1.5, 0), "flow: sport = 1.5 is invalid; an integer 0..65535"),
+    (("10.0.0.256", "10.0.0.2"), "flow: src = '10.0.0.256' is invalid; an IPv4 address"),
+    (("10.0.0.1", "host"), "flow: dst = 'host' is invalid; an IPv4 address"),
+])
+def test_flow_key_refuses_with_its_message(args: tuple, message: str) -> None:
+    with pytest.raises(UserError) as exc:
+        flow_key(*args)
+    assert str(exc.value) == message
+
+
+def test_flow_key_edges_are_accepted() -> None:
+    assert flow_key("10.0.0.1", "10.0.0.2", 65535, 0, 0).proto == 0
+    assert flow_key("10.0.0.1", "10.0.0.2", 65535, 65535, 255).proto == 255
+    assert flow_key("10.0.0.1", "10.0.0.2", 65535, 65535, "udp") == flow_key("10.0.0.1", "10.0.0.2", 65535, 65535, 17)
+    assert flow_key("10.0.0.1", "10.0.0.2", "80", "443", "6") == flow_key("10.0.0.1", "10.0.0.2", 80, 443, "TCP")
+
+
+def test_flow_from_a_query_mapping() -> None:
+    assert flow_from_mapping({"src": "10.0.0.1", "dst": "10.0.0.2"}) == flow_key("10.0.0.1", "10.0.0.2", 0, 0, "tcp")
+    full = {"src": "10.0.0.1", "dst": "10.0.0.2", "sport": "5", "dport": "6", "proto": "udp"}
+    assert flow_from_mapping(full) == flow_key("10.0.0.1", "10.0.0.2", 5, 6, 17)
+    for missing in ("src", "dst"):
+        with pytest.raises(UserError) as exc:
+            flow_from_mapping({k: v for k, v in full.items() if k != missing})
+        assert str(exc.value) == f"flow: missing {missing!r}; give src, dst, sport, dport, proto"
+
+
+def test_reversed_flow_and_dicts() -> None:
+    f = flow_key("10.0.0.1", "10.0.0.6", 40000, 5201, "udp")
+    assert f.reversed() == flow_key("10.0.0.6", "10.0.0.1", 5201, 40000, "udp")
+    assert f.to_dict() == {"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 40000, "dport": 5201, "proto": 17}
+    p = choose_path(preset("dumbbell"), flow_key("10.0.0.1", "10.0.0.3", 5000, 5201))
+    assert p.to_dict() == {
+        "flow": {"src": "10.0.0.1", "dst": "10.0.0.3", "sport": 5000, "dport": 5201, "proto": 6},
+        "src_host": "h1", "dst_host": "h3", "nodes": ["h1", "s1", "s2", "h3"], "links": ["h1>s1", "s1>s2", "s2>h3"],
+        "hops": [{"switch": "s1", "dpid": 1, "in_port": 2, "out_port": 1},
+                 {"switch": "s2", "dpid": 2, "in_port": 1, "out_port": 2}],
+        "choices": 1}
+
+
+def test_hashes_are_64_bit_and_cookies_leave_the_top_bit_clear() -> None:
+    keys = [flow_key("10.0.0.1", "10.0.0.2", sport, 80) for sport in range(1000, 1400)]
+    hashes = [stable_hash(k) for k in keys]
+    assert all(0 <= h < 2**64 for h in hashes) and max(hashes) >= 2**63  # the full 64 bits are used
+    assert len(set(hashes)) == len(keys)
+    for k, h in zip(keys, hashes):
+        assert k.cookie() == h & (2**63 - 1) and k.cookie() < 2**63
+    assert any(k.cookie() != h for k, h in zip(keys, hashes))  # some had the top bit set, now cleared
+
+
+def test_shortest_paths_index_bounds_and_unreachable() -> None:
+    ls = preset("leafspine")
+    g = graph(ls)
+    sp = shortest_paths(g, "leaf1", "leaf3")
+    assert sp.count == 2 and sorted(sp.first(5)) == [("leaf1", "spine1", "leaf3"), ("leaf1", "spine2", "leaf3")]
+    assert [sp.nth(i) for i in range(2)] == sorted(sp.first(2))
+    for bad in (-1, 2):
+        with pytest.raises(IndexError) as exc:
+            sp.nth(bad)
+        assert str(exc.value) == f"path index {bad} outside 0..1"
+    g.add_node("island")
+    lonely = shortest_paths(g, "leaf1", "island")
+    assert lonely.count == 0 and lonely.first(3) == []
