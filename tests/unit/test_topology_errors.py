@@ -7,13 +7,13 @@ live tests, the SDN app and the README rely on them.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from leveller.core.errors import UserError
 from leveller.core.topology import host_mac, preset, topology_from_dict
+from tests.unit.test_rpc_schema import mutate
 
 GOOD: dict[str, Any] = {
     "switches": [{"name": "s1"}, {"name": "s2", "dpid": 7}],
@@ -24,20 +24,12 @@ GOOD: dict[str, Any] = {
 NAMES = "1-10 chars: a lowercase letter, then lowercase letters, digits or '_'"
 
 
-def changed(path: tuple[Any, ...], value: Any, base: dict[str, Any] = GOOD) -> dict[str, Any]:
-    """A copy of ``base`` with the entry at ``path`` set to ``value`` (deleted when value is DELETE)."""
-    data = copy.deepcopy(base)
-    target = data
-    for key in path[:-1]:
-        target = target[key]
-    if value is DELETE:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return data
+def changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """A copy of GOOD with the entry at ``path`` set to ``value`` (deleted when value is DELETE)."""
+    return mutate(GOOD, path, value)
 
 
-DELETE = object()
+DELETE = KeyError  # test_rpc_schema.mutate's "delete this key"
 
 
 @pytest.mark.parametrize("data,message", [
