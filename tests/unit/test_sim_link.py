@@ -183,8 +183,7 @@ def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:  # 
     assert seen == sorted(seen) and seen[-1] == 1.0 and len(seen) == result.events // 7 + 1
 
 
-# ---- hand-derived timelines:The single-link simulator's recorded timeline and counts, checked against hand-derived runs.
-# 
+# ---- the recorded timeline and counts, checked against hand-derived runs -----------------------------
 # Two jobs 1:1 (C = M = 1) under fair sharing on one link: both compute [0, 1), both share the link
 # for [1, 3) (each at half rate needs 2 units), and so on: every iteration takes 3 units, so R = 2/3.
 # Under strict priority (leveller, lowest R first) the first job sends [1, 2) alone while the other
