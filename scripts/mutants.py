@@ -10,7 +10,7 @@ original by any test are listed with the reason in tests/mutants-equivalent.txt
 
 Exit status 1 when fewer than 90 % of the non-equivalent mutants of core or validation are killed.
 
-Usage: scripts/mutants.py [--no-run] [--children N]
+Usage: scripts/mutants.py [--no-run | --survivors] [--children N]
 """
 
 from __future__ import annotations
@@ -121,11 +121,15 @@ def report(status: dict[str, str], equivalent: dict[str, str]) -> tuple[str, boo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-run", action="store_true", help="only write the report from the last run")
+    ap.add_argument("--survivors", action="store_true",
+                    help="run only the mutants that survived the last run (after adding tests)")
     ap.add_argument("--children", type=int, default=os.cpu_count() or 2, help="parallel mutants")
     args = ap.parse_args(argv)
     if not args.no_run:
+        names = [n for n, st in statuses().items() if st in ("survived", "no tests", "suspicious")] \
+            if args.survivors else []
         # mutmut exits non-zero when mutants survive; the report decides.
-        subprocess.run(MUTMUT + ["run", "--max-children", str(args.children)], cwd=ROOT)
+        subprocess.run(MUTMUT + ["run", "--max-children", str(args.children), *names], cwd=ROOT)
     os.chdir(ROOT)
     text, ok = report(statuses(), load_equivalent())
     REPORT.parent.mkdir(exist_ok=True)
