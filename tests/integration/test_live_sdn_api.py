@@ -26,6 +26,15 @@ import pytest
 
 from .support import free_port, leveller_proc, wait_until
 
+
+def _unread_by_server(port: int) -> list[int]:
+    """Bytes the kernel holds unread (Recv-Q) on each established server-side socket of ``port``."""
+    import subprocess
+
+    out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                         text=True, check=True).stdout
+    return sorted(int(line.split()[0]) for line in out.splitlines() if line.strip())
+
 TIMEOUT_S = 2.0  # --api-timeout of the app under test
 
 
@@ -174,7 +183,10 @@ def test_connection_limit_evicts_idle_connections_and_sheds_only_when_all_are_bu
         busy = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
         for s in busy:
             s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # request started, headers unfinished
-        time.sleep(0.3)  # let the app read the request lines (the connections turn busy)
+        # the app has read what they sent (their request has begun: busy, not idle) once the kernel holds
+        # nothing unread on the server side of the 4 connections
+        wait_until(lambda: (lambda q: len(q) >= 4 and not any(q))(_unread_by_server(port)), 10,
+                   lambda: f"the app to read the 4 partial requests: Recv-Q {_unread_by_server(port)}")
         data, _ = _raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert data.startswith(b"HTTP/1.1 503"), data
         for s in busy:
