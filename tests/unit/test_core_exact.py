@@ -174,6 +174,14 @@ def test_shortest_paths_index_bounds_and_unreachable() -> None:
     g.add_node("island")
     lonely = shortest_paths(g, "leaf1", "island")
     assert lonely.count == 0 and lonely.first(3) == []
+    assert (lonely.src, lonely.dst, dict(lonely.next_hops), dict(lonely.paths_to_dst)) == ("leaf1", "island", {}, {})
+
+
+def test_flow_key_defaults_are_tcp_without_ports() -> None:
+    from leveller.core.paths import FlowKey
+
+    assert flow_key("10.0.0.1", "10.0.0.2") == FlowKey("10.0.0.1", "10.0.0.2", 0, 0, 6)
+    assert flow_key("10.0.0.1", "10.0.0.2", 5) == FlowKey("10.0.0.1", "10.0.0.2", 5, 0, 6)
 
 
 # ---- refusals of the scheduling core (Crux, CASSINI, the cycle bound, the profiler) ----------------

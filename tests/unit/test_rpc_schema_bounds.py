@@ -233,3 +233,28 @@ def test_flow_labels() -> None:
     assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, "udp")) == "udp 10.0.0.1:1>10.0.0.3:2"
     assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, "icmp")) == "1 10.0.0.1:0>10.0.0.3:0"
     assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, 7)) == "7 10.0.0.1:0>10.0.0.3:0"
+
+
+def exactly(fn: Any, msg: dict[str, Any], text: str) -> None:
+    with pytest.raises(SchemaError) as exc:
+        fn(msg)
+    assert str(exc.value) == text
+
+
+def test_messages_whole() -> None:
+    msg = report()
+    del msg["host"]
+    exactly(report_from_wire, msg, "host: missing")
+    exactly(reply_from_wire, reply(decision_age_s=-0.5), "decision_age_s: -0.5 is invalid; a finite number >= 0")
+    exactly(reply_from_wire, reply(dscp_by_level=[]), "dscp_by_level: empty; one DSCP per level is required")
+    exactly(reply_from_wire, reply(flows={}), "flows: expected a list, got dict")
+    exactly(reply_from_wire, reply(flows="x"), "flows: expected a list, got str")
+    exactly(report_from_wire, report(seq=0), f"seq: 0 is invalid; an integer in 1..{2**63 - 1}")
+    exactly(report_from_wire, with_job(ideal_time=0), "jobs[0].ideal_time: 0 is invalid; a finite number > 0 and "
+            "<= 86400")
+
+
+def test_not_before_between_0_and_1_is_still_a_lower_bound() -> None:
+    assert check_time(0.7, "t", not_before=0.5) == 0.7
+    with pytest.raises(SchemaError, match=r"^t: 0.3 is invalid; a finite number >= 0.5$"):
+        check_time(0.3, "t", not_before=0.5)
