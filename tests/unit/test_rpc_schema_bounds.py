@@ -258,3 +258,10 @@ def test_not_before_between_0_and_1_is_still_a_lower_bound() -> None:
     assert check_time(0.7, "t", not_before=0.5) == 0.7
     with pytest.raises(SchemaError, match=r"^t: 0.3 is invalid; a finite number >= 0.5$"):
         check_time(0.3, "t", not_before=0.5)
+
+
+def test_a_message_that_is_not_an_object_names_no_field() -> None:
+    for fn in (report_from_wire, reply_from_wire):
+        with pytest.raises(SchemaError) as exc:
+            fn([1])  # type: ignore[arg-type]
+        assert exc.value.field == "" and str(exc.value) == ": expected an object, got list"
