@@ -292,3 +292,25 @@ def test_least_congested_path_prefers_the_lowest_busiest_link_then_the_lowest_su
     assert crux.least_congested_path([["a"]], {}, cap) == 0
     chosen, load = crux.assign_paths([("x", [["a"], ["b"]], 3.0), ("y", [["a"], ["b"]], 2.0)], cap, {"a": 1.0})
     assert chosen == {"x": 1, "y": 0} and load == {"a": 3.0, "b": 3.0}
+
+
+def test_max_k_cut_edges_ties_and_the_empty_order() -> None:
+    with pytest.raises(UserError, match=r"^edge \('a', 'a'\) goes backwards: the order is not topological$"):
+        crux.max_k_cut_dp(["a"], {("a", "a"): 1.0}, 2)
+    assert crux.max_k_cut_dp(["a", "b"], {("a", "b"): 0.0}, 2) == (0.0, {"a": 1, "b": 1})  # zero weight: no cut
+    assert crux.max_k_cut_dp(["a", "b"], {("a", "b"): 0.5}, 2) == (0.5, {"a": 1, "b": 0})
+    assert crux.max_k_cut_dp([], {}, 3) == (0.0, {})
+    # a split that cuts nothing more is not made: c stays in b's group (ties keep fewer groups)
+    assert crux.max_k_cut_dp(["a", "b", "c"], {("a", "b"): 2.0}, 3) == (2.0, {"a": 2, "b": 1, "c": 1})
+
+
+def test_rate_is_exact_for_exact_inputs_and_float_otherwise() -> None:
+    from fractions import Fraction
+
+    from leveller.core.rate import progress_rate
+
+    at_start = progress_rate(3, 2, 7, 7)
+    assert at_start == 0 and isinstance(at_start, Fraction)
+    at_start_f = progress_rate(3, 2.0, 7.0, 7.0)
+    assert at_start_f == 0.0 and isinstance(at_start_f, float)
+    assert progress_rate(3, 0.5, 0, 2) == 0.75
