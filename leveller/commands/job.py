@@ -7,11 +7,22 @@ worth of bytes at the bottleneck --rate (bytes = comm x rate / 8), and prints
 
 which `leveller agent --log FILE` counts. Workers listen on --port + rank.
 
+With --slack S the communication starts S seconds before the compute ends (as
+DDP starts its all-reduce during the backward pass); the iteration takes
+C + max(0, M - S) alone, and each communication phase is announced in the log
+(leveller-comm ... wait=W, W = max(0, S - M): how long it can wait without
+stalling), so an agent run with --overlap demotes the job's flows meanwhile.
+With --shift-file PATH (an agent's --shift-dir DIR writes DIR/NAME.shift) the
+workers follow CASSINI's time shifts: once per plan, an iteration start is
+delayed to the phase the controller chose.
+
 examples:
   leveller job --name j1 --worker 127.0.0.1 --worker 127.0.0.1 \\
       --compute 0.25 --comm 0.25 --rate 100M --duration 20
   leveller job --name j1 --worker 10.0.0.1@h1 --worker 10.0.0.3@h3 \\
       --compute 0.25 --comm 0.5 --rate 100M --duration 60 --log /tmp/j1.log
+  leveller job --name j2 --worker 10.0.0.2@h2 --worker 10.0.0.4@h4 --compute 1 --comm 0.25 \
+      --slack 0.75 --rate 100M --duration 60 --log /tmp/j2.log --shift-file /tmp/shifts/j2.shift
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, metavar="BYTES",
                         help="clamp each connection's TCP window: a flow never has more in flight, so a "
                         "switch queue larger than that never drops it (emulates a lossless class)")
+    parser.add_argument("--slack", type=float, default=0.0, metavar="S",
+                        help="start communicating S seconds before the compute ends (overlap; default 0)")
+    parser.add_argument("--shift-file", metavar="PATH",
+                        help="follow CASSINI shift orders written here by an agent (--shift-dir)")
     parser.add_argument("--log", help="append the iteration lines to this file (what the agent tails)")
     parser.add_argument("--prefix", default="", help="command prefix for every worker, e.g. 'cgexec -g cpu:j1'")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of the lines")
@@ -58,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     spec = JobSpec(name=args.name, workers=tuple(parse_worker(w) for w in args.worker),
                    compute_s=args.compute, comm_s=args.comm, rate_bps=parse_rate(args.rate),
                    pattern=args.pattern, port=args.port, iterations=args.iterations,
-                   duration_s=args.duration, pace=args.pace, window_bytes=args.window)
+                   duration_s=args.duration, pace=args.pace, window_bytes=args.window, slack_s=args.slack,
+                   shift_file=args.shift_file)
     times: list[float] = []
     lock = threading.Lock()
 
@@ -77,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
     summary = {"job": spec.name, "workers": len(results), "iterations": iters, "ok": ok,
                "bytes_sent": [r.sent for r in results], "bytes_received": [r.received for r in results],
                "bytes_per_iteration": spec.bytes_per_iteration, "iteration_time_s": mean,
-               "ideal_iteration_time_s": spec.compute_s + spec.comm_s}
+               "ideal_iteration_time_s": spec.ideal_s}
     if args.json:
         print(json.dumps(summary))
     else:
         shown = f"{mean:.3f} s" if mean is not None else "n/a"
         print(f"job {spec.name}: iterations per worker {iters}, mean iteration {shown} "
-              f"(ideal {spec.compute_s + spec.comm_s:.3f} s)", file=sys.stderr)
+              f"(ideal {spec.ideal_s:.3f} s)", file=sys.stderr)
     if not ok:
         failed = [r for r in results if r.returncode != 0]
         # Workers the launcher stopped (SIGTERM) because another one failed are not the cause.

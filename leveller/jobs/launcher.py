@@ -45,6 +45,10 @@ def worker_argv(spec: JobSpec, rank: int, deadline: float | None, log: str | Non
         argv += ["--pace", repr(spec.rate_bps)]
     if spec.window_bytes:
         argv += ["--window", str(spec.window_bytes)]
+    if spec.slack_s > 0:
+        argv += ["--slack", repr(spec.slack_s), "--wait", repr(spec.wait_s)]
+    if spec.shift_file:
+        argv += ["--shift-file", spec.shift_file]
     return argv
 
 

@@ -66,6 +66,8 @@ class JobSpec:
     # communication put exactly M seconds of frames on a link of rate_bps, as the model assumes
     payload_share: float = 1.0
     window_bytes: int | None = None  # clamp each connection's TCP window (bytes in flight per flow)
+    slack_s: float = 0.0  # communication starts this long before the compute ends (overlap)
+    shift_file: str | None = None  # CASSINI shift orders the workers follow (leveller.jobs.control)
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -84,6 +86,9 @@ class JobSpec:
             raise UserError(f"--payload-share {self.payload_share!r}: must be in (0, 1]")
         if self.window_bytes is not None and not 4096 <= self.window_bytes <= 1 << 30:
             raise UserError(f"--window {self.window_bytes!r}: must be 4096..{1 << 30} bytes")
+        if not (math.isfinite(self.slack_s) and 0 <= self.slack_s <= self.compute_s):
+            raise UserError(f"--slack {self.slack_s!r}: must be in [0, --compute={self.compute_s!r}] seconds "
+                            "(communication can start at most at the start of the compute)")
         if self.iterations is None and self.duration_s is None:
             raise UserError("give --iterations or --duration (network traffic must be bounded in time)")
         if self.iterations is not None and self.iterations < 1:
@@ -96,6 +101,17 @@ class JobSpec:
         """Bytes each sending worker moves per iteration: M seconds at the bottleneck rate
         (times the payload share, when frame headers are to be counted in those M seconds)."""
         return int(round(self.comm_s * self.rate_bps / 8 * self.payload_share))
+
+    @property
+    def wait_s(self) -> float:
+        """How long one iteration's communication can wait without stalling the next compute:
+        it starts ``slack_s`` before the compute ends and takes ``comm_s`` alone."""
+        return max(0.0, self.slack_s - self.comm_s)
+
+    @property
+    def ideal_s(self) -> float:
+        """Iteration time alone: the compute, plus the communication the slack cannot hide."""
+        return self.compute_s + max(0.0, self.comm_s - self.slack_s)
 
     def endpoint(self, rank: int) -> tuple[str, int]:
         """The (address, port) worker ``rank`` listens on: base port + rank, so workers may share a host."""

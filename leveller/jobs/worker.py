@@ -7,7 +7,14 @@ Run by the launcher as ``python -m leveller.jobs.worker ...`` (behind
   reads from all of them at once, then acks. Traffic flows towards rank 0.
 * ring: every rank sends B bytes to rank+1 while reading B bytes from rank-1.
 
-B = M x rate / 8. The loop stops after ``--iterations`` or at the absolute
+B = M x rate / 8. With ``--slack S`` the exchange starts S seconds before the
+compute ends and runs alongside its rest (DDP's all-reduce during the backward
+pass): the iteration ends when both are done, and a ``leveller-comm`` line
+(leveller.jobs.control) tells the agent how long the exchange can wait
+(``--wait``). With ``--shift-file`` the worker reads CASSINI shift orders there
+before each iteration and delays the iteration's start once per plan.
+
+The loop stops after ``--iterations`` or at the absolute
 ``--deadline`` (unix time, shared by all ranks); a peer closing its socket
 after the deadline is a normal end, before it an error. With ``--pace BPS``
 the kernel paces every sending socket (SO_MAX_PACING_RATE), so the rate holds
@@ -31,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import format_line
 
 _CHUNK = 256 * 1024
@@ -58,6 +66,9 @@ class WorkerConfig:
     connect_timeout_s: float = 30.0
     pace_bps: float | None = None
     window_bytes: int | None = None  # TCP_WINDOW_CLAMP on every connection: bytes in flight per flow
+    slack_s: float = 0.0  # the exchange starts this long before the compute ends
+    wait_s: float = 0.0  # how long the exchange can wait without stalling (declared in a comm line)
+    shift_file: str | None = None  # CASSINI shift orders (leveller.jobs.control)
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: memoryview) -> int:
@@ -198,16 +209,23 @@ class Worker:
         if errors:
             raise errors[0]
 
-    def run(self, emit: Callable[[str], None], clock: Callable[[], float] = time.time) -> int:
+    def run(self, emit: Callable[[str], None], clock: Callable[[], float] = time.time,
+            sleep: Callable[[float], None] = time.sleep) -> int:
         """Iterate until the iteration count or the deadline; returns the iterations done."""
         cfg = self.cfg
         exchange = self._exchange_push if cfg.pattern == "push" else self._exchange_ring
+        follower = ShiftFollower(cfg.shift_file, cfg.job) if cfg.shift_file else None
         done = 0
         emit(format_line(cfg.job, 0, clock(), cfg.rank))
         while (cfg.iterations is None or done < cfg.iterations) and (cfg.deadline is None or clock() < cfg.deadline):
-            time.sleep(cfg.compute_s)
+            if follower is not None:
+                self._shift(follower, emit, clock, sleep)
             try:
-                exchange()
+                if cfg.slack_s > 0:
+                    self._overlapped(exchange, emit, clock, sleep)
+                else:
+                    sleep(cfg.compute_s)
+                    exchange()
             except PeerClosed:
                 if cfg.deadline is not None and clock() >= cfg.deadline - 0.5:
                     break
@@ -215,6 +233,41 @@ class Worker:
             done += 1
             emit(format_line(cfg.job, done, clock(), cfg.rank))
         return done
+
+    def _shift(self, follower: ShiftFollower, emit: Callable[[str], None], clock: Callable[[], float],
+               sleep: Callable[[float], None]) -> None:
+        """Delay this iteration's start once per new shift plan (CASSINI)."""
+        pending = follower.pending_delay(clock())
+        if pending is None:
+            return
+        delay, plan = pending
+        if self.cfg.deadline is not None:
+            delay = min(delay, max(0.0, self.cfg.deadline - clock()))
+        emit(f"leveller-shift job={self.cfg.job} rank={self.cfg.rank} plan={plan} delay={delay:.6f} t={clock():.6f}")
+        if delay > 0:
+            sleep(delay)
+
+    def _overlapped(self, exchange: Callable[[], None], emit: Callable[[str], None], clock: Callable[[], float],
+                    sleep: Callable[[float], None]) -> None:
+        """Compute with the exchange started ``slack_s`` before the compute ends; both must finish."""
+        cfg = self.cfg
+        sleep(cfg.compute_s - cfg.slack_s)
+        if cfg.wait_s > 0:
+            emit(format_comm_line(cfg.job, cfg.rank, clock(), cfg.wait_s))
+        errors: list[BaseException] = []
+
+        def communicate() -> None:
+            try:
+                exchange()
+            except BaseException as exc:  # re-raised below, in the worker's thread
+                errors.append(exc)
+
+        comm = threading.Thread(target=communicate, daemon=True)
+        comm.start()
+        sleep(cfg.slack_s)
+        comm.join()
+        if errors:
+            raise errors[0]
 
 
 def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
@@ -232,10 +285,13 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     p.add_argument("--log", help="append iteration lines to this file too")
     p.add_argument("--pace", type=float, help="kernel pacing rate of sending sockets, bits/s")
     p.add_argument("--window", type=int, help="clamp every connection's TCP window to this many bytes")
+    p.add_argument("--slack", type=float, default=0.0, help="start the exchange this long before compute ends")
+    p.add_argument("--wait", type=float, default=0.0, help="how long the exchange can wait (comm line)")
+    p.add_argument("--shift-file", help="CASSINI shift orders to follow (leveller.jobs.control)")
     a = p.parse_args(argv)
     endpoints = tuple((e.rsplit(":", 1)[0].strip("[]"), int(e.rsplit(":", 1)[1])) for e in a.endpoint)
     cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
-                       a.connect_timeout, a.pace, a.window)
+                       a.connect_timeout, a.pace, a.window, a.slack, a.wait, a.shift_file)
     return cfg, a.log
 
 

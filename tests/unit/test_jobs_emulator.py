@@ -73,3 +73,44 @@ def test_worker_failure_is_reported_not_hung() -> None:
         results = job.wait()
     assert results[1].returncode not in (0, None)
     assert "OSError" in results[1].stderr or "Errno" in results[1].stderr
+
+
+def test_slack_overlaps_the_exchange_with_the_compute_and_announces_the_wait(tmp_path: Path) -> None:
+    # 0.4 s compute, 0.2 s of paced bytes starting 0.3 s before the compute ends: ~0.4 s per
+    # iteration instead of ~0.6 s, and every iteration announces that it can wait 0.1 s.
+    import re
+
+    from leveller.jobs.control import COMM_PATTERN
+
+    log = tmp_path / "j.log"
+    spec = JobSpec("ovl", (LOOP, LOOP), compute_s=0.4, comm_s=0.2, rate_bps=100e6, port=free_port_block(2),
+                   iterations=8, pace=True, slack_s=0.3)
+    with JobRun(spec, log=str(log)) as job:
+        results = job.wait()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    lines = log.read_text().splitlines()
+    ends = [float(m["t"]) for line in lines if (m := re.search(r"rank=1 iter=(\d+) t=(?P<t>[0-9.]+)", line))]
+    mean = (ends[-1] - ends[0]) / (len(ends) - 1)
+    assert 0.38 <= mean <= 0.52, mean  # without the overlap: >= 0.6
+    comm = [m for line in lines if (m := COMM_PATTERN.search(line)) and "rank=1" in line]
+    assert len(comm) == 8 and all(float(m["wait"]) == 0.1 for m in comm)
+
+
+def test_a_shift_file_delays_one_iteration_start_to_the_plans_phase(tmp_path: Path) -> None:
+    import re
+    import time
+
+    from leveller.jobs.control import ShiftOrder, shift_path, write_shift
+
+    log, shift = tmp_path / "j.log", shift_path(tmp_path, "sh")
+    start_at = time.time() + 2.0
+    write_shift(shift, ShiftOrder("sh", 7, start_at, 100.0))
+    spec = JobSpec("sh", (LOOP, LOOP), compute_s=0.1, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
+                   iterations=3, shift_file=str(shift))
+    with JobRun(spec, log=str(log)) as job:
+        results = job.wait()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    text = log.read_text()
+    assert len(re.findall(r"leveller-shift job=sh rank=\d plan=7 ", text)) == 2  # each rank, once
+    first_end = min(float(m) for m in re.findall(r"iter=1 t=([0-9.]+)", text))
+    assert start_at + 0.1 <= first_end <= start_at + 0.6  # the first iteration started on the phase
