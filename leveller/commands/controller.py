@@ -7,9 +7,17 @@ every host). Flow paths come from --paths:
   topology:PRESET_OR_FILE    deterministic ECMP over a topology (as the SDN app picks)
   sdn:URL | sdn:RUN_DIR      ask the running SDN app (source of truth; its DSCP map is used too)
 
+Policies: leveller (lowest R first), crux (static, by GPU intensity G*C/M from
+--job-shape), fair (no priority), cassini (no priority; jobs sharing a link are
+interleaved in time: whenever the jobs on the links change, one time shift per
+job from leveller.core.cassini, sent to the agents, which pass it to the jobs
+through --shift-dir; needs --job-shape JOB=C:M[:G[:S]] and ideal times).
+
 examples:
   leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
   leveller controller --listen 10.0.0.254:50051 --paths sdn:http://127.0.0.1:8080 --metrics-port 9109
+  leveller controller --policy cassini --paths sdn:/run/leveller/lab --job-shape j1=0.5:0.5 \
+      --job-shape j2=0.5:0.5
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from leveller.errors import UserError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default 127.0.0.1:50051)")
     parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
-    parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair"))
+    parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair", "cassini"))
     parser.add_argument("--levels", type=int, default=2, metavar="K", help="switch priority levels (default 2)")
     parser.add_argument("--tau", type=float, default=1.0, help="seconds between decisions (default 1)")
     parser.add_argument("--on-iteration", action="store_true",
@@ -38,8 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reprofile", type=float, metavar="S",
                         help="re-measure ideal times about every S seconds (jittered); default never")
     parser.add_argument("--job-shape", action="append", default=[], metavar="JOB=C:M[:G]",
-                        help="compute and communication seconds per iteration (and GPUs) of a job: what "
-                        "--policy crux ranks by (GPU intensity G*C/M); jobs without one rank last")
+                        help="compute and communication seconds per iteration (GPUs, and slack: how long "
+                        "before the compute ends the communication starts) of a job: what --policy crux ranks "
+                        "by (GPU intensity G*C/M; jobs without one rank last) and --policy cassini places")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
@@ -90,9 +99,13 @@ def run(args: argparse.Namespace) -> int:
     def on_step(decision: object, error: str | None) -> None:
         d = ctl.decision
         if args.json:
-            print(json.dumps({"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
-                              "rates": d.rates if d else {},
-                              "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}), flush=True)
+            line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
+                    "rates": d.rates if d else {},
+                    "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}
+            plan = ctl.shift_planner.plan if ctl.shift_planner is not None else None
+            if plan is not None:
+                line["shifts"] = {"plan": plan.plan, "s": {j: round(v, 4) for j, v in plan.shifts.items()}}
+            print(json.dumps(line), flush=True)
         elif error:
             print(f"step failed (levels kept): {error}", flush=True)
         elif d and d.levels:

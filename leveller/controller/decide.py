@@ -39,15 +39,17 @@ class JobInput:
 
 @dataclass(frozen=True)
 class JobShape:
-    """What Crux ranks by: GPUs, compute and communication time per iteration (seconds)."""
+    """What Crux ranks by: GPUs, compute and communication time per iteration (seconds); CASSINI
+    also places the communication: it starts ``slack`` seconds before the compute ends."""
 
     compute: float
     comm: float
     gpus: int = 1
+    slack: float = 0.0
 
 
 def parse_shape(text: str) -> tuple[str, JobShape]:
-    """``JOB=C:M[:G]`` (compute s, communication s at full rate, GPUs) as given to ``--job-shape``."""
+    """``JOB=C:M[:G[:S]]`` (compute s, communication s at full rate, GPUs, slack s) as given to ``--job-shape``."""
     from leveller.errors import UserError
     from leveller.jobs.logline import check_job_name
 
@@ -55,15 +57,16 @@ def parse_shape(text: str) -> tuple[str, JobShape]:
     parts = spec.split(":")
     try:
         compute, comm = float(parts[0]), float(parts[1])
-        gpus = int(parts[2]) if len(parts) == 3 else 1
-        ok = (len(parts) in (2, 3) and 0 <= compute <= MAX_SHAPE_S and 0 < comm <= MAX_SHAPE_S
-              and 1 <= gpus <= MAX_GPUS)
+        gpus = int(parts[2]) if len(parts) >= 3 else 1
+        slack = float(parts[3]) if len(parts) == 4 else 0.0
+        ok = (len(parts) in (2, 3, 4) and 0 <= compute <= MAX_SHAPE_S and 0 < comm <= MAX_SHAPE_S
+              and 1 <= gpus <= MAX_GPUS and 0 <= slack <= compute)
     except (ValueError, IndexError):
         ok = False
     if not ok:
-        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G] with 0 <= C <= {MAX_SHAPE_S:g} and "
-                        f"0 < M <= {MAX_SHAPE_S:g} seconds, 1 <= G <= {MAX_GPUS} GPUs")
-    return check_job_name(job), JobShape(compute, comm, gpus)
+        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G[:S]] with 0 <= C <= {MAX_SHAPE_S:g} and "
+                        f"0 < M <= {MAX_SHAPE_S:g} seconds, 1 <= G <= {MAX_GPUS} GPUs, 0 <= S <= C seconds")
+    return check_job_name(job), JobShape(compute, comm, gpus, slack)
 
 
 class FlowLevels(Mapping[FlowKey, int]):

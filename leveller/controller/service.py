@@ -13,6 +13,10 @@ Agents keep levels only until the lease after the decision, so a failed step
 (e.g. the SDN app unreachable, levels kept, the error counted and shown in
 status) or a step that takes longer than the lease ends the levels on every
 host instead of keeping stale ones alive.
+
+Under a policy with ``time_shifts`` (``cassini``) a step also updates the CASSINI
+plan (leveller.controller.shifts) and every reply carries the shift orders of the
+host's jobs; under every other policy none of that work is done.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import operator
 import threading
 import time
 from itertools import repeat
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,9 +34,10 @@ from leveller.controller.flowtable import FlowTable, HostFlows
 from leveller.controller.metrics import ControllerMetrics, Published
 from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
+from leveller.controller.shifts import ShiftPlanner
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
-from leveller.rpc.schema import FlowLevel, LevelsReply, Report, flow_label
+from leveller.rpc.schema import FlowLevel, JobReport, LevelsReply, Report, flow_label
 
 _KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
 
@@ -56,6 +61,9 @@ class Controller:
         self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, flow_label)
         self.flows = FlowTable()
         self.decision: Decision | None = None
+        # CASSINI: time shifts instead of priorities; a plan waits until the jobs' flows settled
+        self.shift_planner = ShiftPlanner(settle_s=max(0.5, 2 * tau_s)) \
+            if getattr(policy, "time_shifts", False) else None
         self.monotonic = monotonic  # decision ages (immune to wall-clock steps)
         self._decided_at = 0.0  # self.monotonic() when the current decision's step began
         self.epoch = 0
@@ -74,10 +82,11 @@ class Controller:
             self.metrics.reports.inc(report.host)
             if self.on_iteration and _progressed(before.report if before else None, report):
                 self._wake.set()
-            return self._reply(held)
+            return self._reply(held, report.jobs)
 
-    def _reply(self, held: HostFlows) -> LevelsReply:
-        """The levels of a host's flows in the current decision (flows it does not cover are left out).
+    def _reply(self, held: HostFlows, host_jobs: Sequence[JobReport] = ()) -> LevelsReply:
+        """The levels of a host's flows in the current decision (flows it does not cover are left out);
+        under CASSINI also the shift orders of the host's jobs ``host_jobs``.
         The entries of the host's previous reply are reused when its flows' levels did not change, so
         steady levels cost a few array operations per report (and the encoder can reuse its bytes)."""
         d = self.decision
@@ -105,7 +114,9 @@ class Controller:
                 # tuple.__new__ builds the FlowLevel named tuples without a Python frame per flow
                 flows = tuple(map(tuple.__new__, repeat(FlowLevel), zip(keys, jobs, levels[pick].tolist())))
                 held.last_reply = (levels, flows)
-        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age())
+        shifts = () if self.shift_planner is None else \
+            self.shift_planner.replies([j.job for j in host_jobs], self.monotonic())
+        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age(), shifts)
 
     def decision_age(self) -> float:
         """Seconds since the current decision's step began (0 before the first decision)."""
@@ -121,7 +132,7 @@ class Controller:
                 return None
             held = self.flows.host(host)
             return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age()) \
-                if held is None else self._reply(held)
+                if held is None else self._reply(held, agent.report.jobs)
 
     def _expire(self, now: float) -> None:
         """Forget stale agents and jobs (Registry.expire) and their per-host metrics; lock held."""
@@ -181,7 +192,11 @@ class Controller:
                 jobs = self.registry.job_inputs(now)
                 ids = self.flows.live()
                 snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
+                counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
+                    if self.shift_planner is not None else {}
             decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes)
+            if self.shift_planner is not None:
+                self.shift_planner.update(jobs, self.shapes, counted, decision.links, inputs_at)
         except Exception as exc:
             with self._lock:
                 self.last_error = f"step at {now:.3f}: {type(exc).__name__}: {exc}"

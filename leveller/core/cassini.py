@@ -327,3 +327,19 @@ def shift_overlap(a: CircleJob, shift_a: float, b: CircleJob, shift_b: float, ho
         return on & (t >= shift)
 
     return float((busy(a, shift_a) & busy(b, shift_b)).sum() * step)
+
+
+def shared_link_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_fraction: float = 0.01,
+                       lcm_periods: float = 20.0) -> dict[str, float]:
+    """:func:`job_shifts` with the grid scaled to the jobs: quantum = ``quantum_fraction`` of the
+    shortest period, unified circle capped at ``lcm_periods`` times the longest. Links with fewer
+    than two jobs add nothing; with no shared link at all the result is empty."""
+    shared = {link: jobs for link, jobs in links.items() if len(jobs) >= 2}
+    if not shared:
+        return {}
+    if not 0 < quantum_fraction <= 1:
+        raise UserError(f"quantum_fraction must be in (0, 1], got {quantum_fraction!r}")
+    if not lcm_periods >= 1:
+        raise UserError(f"lcm_periods must be >= 1, got {lcm_periods!r}")
+    periods = [c.period_s for jobs in shared.values() for c in jobs]
+    return job_shifts(shared, quantum_fraction * min(periods), lcm_periods * max(periods))

@@ -23,7 +23,7 @@ from typing import Optional, Protocol, Sequence
 
 from leveller.core.rate import Number
 
-POLICY_NAMES = ("fair", "crux", "leveller")
+POLICY_NAMES = ("fair", "crux", "leveller", "cassini")
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,32 @@ class FairPolicy:
         return None
 
 
+@dataclass(frozen=True)
+class CassiniPolicy:
+    """CASSINI (NSDI 2024): no priorities; jobs that share links are interleaved in time instead.
+
+    ``order`` gives no priority (every flow in one class, as under ``fair``); the caller computes
+    one time shift per job with leveller.core.cassini whenever the jobs on the links change
+    (``time_shifts``), and each job delays an iteration start by it.
+    """
+
+    tau: Optional[Number] = None
+    name: str = "cassini"
+    time_shifts: bool = True
+
+    def order(self, jobs: Sequence[JobView]) -> None:
+        _check_unique(jobs)
+        return None
+
+
 def make_policy(name: str, tau: Number = 0) -> Policy:
-    """Build a policy by name ('fair', 'crux', 'leveller'); ``tau`` applies to leveller."""
+    """Build a policy by name ('fair', 'crux', 'leveller', 'cassini'); ``tau`` applies to leveller."""
     if name == "leveller":
         return LevellerPolicy(tau=tau)
     if name == "crux":
         return CruxPolicy()
     if name == "fair":
         return FairPolicy()
+    if name == "cassini":
+        return CassiniPolicy()
     raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICY_NAMES)}")

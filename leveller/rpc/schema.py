@@ -13,7 +13,10 @@ refused too, so a typo never passes silently.
       (leveller.rpc.replay: the controller refuses a report that is not newer).
     LevelsReply (controller -> agent)
       {"v": 1, "epoch": int, "lease_s": float, "decision_age_s": float, "dscp_by_level": [int],
-       "flows": [{flow..., "job", "level"}]}
+       "flows": [{flow..., "job", "level"}],
+       "shifts"?: [{"job", "plan": int, "start_in_s": float, "period_s": float}]}
+      shifts (policy cassini only): job should start an iteration start_in_s seconds after
+      the reply left, or a whole number of period_s later; once per plan (leveller.jobs.control).
 
 ``decision_age_s`` is how old the decision behind the levels is, by the
 controller's own clock, when the reply leaves: an agent keeps levels only
@@ -90,12 +93,24 @@ class FlowLevel(NamedTuple):
 
 
 @dataclass(frozen=True)
+class JobShift:
+    """CASSINI's time shift of one job: start an iteration ``start_in_s`` seconds after the reply
+    left (or a whole number of ``period_s`` later), once per ``plan``."""
+
+    job: str
+    plan: int
+    start_in_s: float
+    period_s: float
+
+
+@dataclass(frozen=True)
 class LevelsReply:
     epoch: int
     lease_s: float
     dscp_by_level: tuple[int, ...]
     flows: tuple[FlowLevel, ...]
     decision_age_s: float = 0.0  # seconds since the decision was made (controller clock), at reply time
+    shifts: tuple[JobShift, ...] = ()  # policy cassini: one per job of the host with a shift
 
 
 def flow_label(key: FlowKey) -> str:
@@ -461,18 +476,28 @@ def _plain_flow(raw: Any, allowed: frozenset[str], names: frozenset[str] | set[s
 # ---- LevelsReply ---------------------------------------------------------------------------------
 
 def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
-    return {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s, "decision_age_s": reply.decision_age_s,
-            "dscp_by_level": list(reply.dscp_by_level),
-            "flows": [{"src": k.src, "dst": k.dst, "sport": k.sport, "dport": k.dport, "proto": k.proto,
-                       "job": job, "level": level} for k, job, level in reply.flows]}
+    out = {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s, "decision_age_s": reply.decision_age_s,
+           "dscp_by_level": list(reply.dscp_by_level),
+           "flows": [{"src": k.src, "dst": k.dst, "sport": k.sport, "dport": k.dport, "proto": k.proto,
+                      "job": job, "level": level} for k, job, level in reply.flows]}
+    if reply.shifts:  # only under policy cassini: every other reply stays as it was
+        out["shifts"] = _shifts_to_wire(reply.shifts)
+    return out
+
+
+def _shifts_to_wire(shifts: tuple[JobShift, ...]) -> list[dict[str, Any]]:
+    return [{"job": s.job, "plan": s.plan, "start_in_s": s.start_in_s, "period_s": s.period_s} for s in shifts]
 
 
 def encode_reply(reply: LevelsReply, flows: bytes | None = None) -> bytes:
     """``codec.encode(reply_to_wire(reply))``, byte for byte, at a fraction of the cost: a controller
     answers ~100,000 flows per second. Flow entries are formatted directly in sorted key order; their
     strings go through json's own C escaping. ``flows``: ``encode_flow_levels(reply.flows)``, if known."""
-    head = encode({"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
-                   "decision_age_s": reply.decision_age_s, "dscp_by_level": list(reply.dscp_by_level), "flows": []})
+    wire = {"v": VERSION, "epoch": reply.epoch, "lease_s": reply.lease_s,
+            "decision_age_s": reply.decision_age_s, "dscp_by_level": list(reply.dscp_by_level), "flows": []}
+    if reply.shifts:  # CASSINI's few orders (one per job of the host) go through the codec
+        wire["shifts"] = _shifts_to_wire(reply.shifts)
+    head = encode(wire)
     if flows is None:
         flows = encode_flow_levels(reply.flows)
     return head.replace(b'"flows":[]', b'"flows":[' + flows + b"]", 1)
@@ -513,9 +538,30 @@ class ReplyEncoder:
         return encode_reply(reply, flows)
 
 
+def _shifts_from_wire(items: Any, known: set[str] | None) -> tuple[JobShift, ...]:
+    out: list[JobShift] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(_list(items, "shifts", MAX_JOBS)):
+        f = f"shifts[{i}]"
+        _obj(raw, f, ("job", "plan", "start_in_s", "period_s"))
+        job = check_name(raw["job"], f"{f}.job")
+        if known is not None and job not in known:
+            raise SchemaError(f"{f}.job", f"{job!r} is not a job of this host (known: {sorted(known)})")
+        if job in seen:
+            raise SchemaError(f"{f}.job", f"{job!r} appears twice")
+        seen.add(job)
+        plan = _int(raw["plan"], f"{f}.plan", 0, 2**63 - 1)
+        period = check_ideal_time(raw["period_s"], f"{f}.period_s")
+        start_in = _num(raw["start_in_s"], f"{f}.start_in_s", 0)
+        if start_in >= period:
+            raise SchemaError(f"{f}.start_in_s", f"{start_in!r} is invalid; in [0, period_s={period!r})")
+        out.append(JobShift(job, plan, start_in, period))
+    return tuple(out)
+
+
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
     """Validate a reply; with ``known_jobs``, a level for any other job is refused."""
-    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"))
+    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"), ("shifts",))
     _version(msg)
     epoch = _int(msg["epoch"], "epoch", 0, 2**63 - 1)
     lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
@@ -532,4 +578,5 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
         if known is not None and job not in known:
             raise SchemaError(f"flows[{i}].job", f"{job!r} is not a job of this host (known: {sorted(known)})")
         flows.append(FlowLevel(key, job, _int(raw["level"], f"flows[{i}].level", 0, len(dscp) - 1)))
-    return LevelsReply(epoch, lease, dscp, tuple(flows), age)
+    shifts = _shifts_from_wire(msg["shifts"], known) if "shifts" in msg else ()
+    return LevelsReply(epoch, lease, dscp, tuple(flows), age, shifts)
