@@ -10,7 +10,13 @@ how old it is: ``decision_age_s``). A reply with a decision older than that
 like no reply at all. The enforcer is given the same deadline, and the
 datapath itself enforces it (the BPF program compares it with the kernel
 clock, the RDMA shim runs its own timer), so marks end on time even if this
-process is killed. Dependencies are injected as Protocols: the eBPF datapath
+process is killed.
+
+Two local extras: with ``overlap`` (leveller.agent.overlap) the agent demotes a job's
+flows to the lowest level while the job's announced communication can wait, and
+restores the controller's level after (within the same lease: a demotion never
+extends it); with ``shift_files`` (leveller.agent.shifts) the CASSINI shift orders of
+a reply go to the jobs. Dependencies are injected as Protocols: the eBPF datapath
 (enforce_bpf), the RPC client (leveller.rpc.transport) and the clocks, so the
 same loop runs against fakes in tests and the kernel live.
 """
@@ -24,10 +30,11 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from leveller.agent.lease import Lease
 from leveller.agent.metrics import AgentMetrics, Rejections
+from leveller.agent.overlap import OverlapWindows
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
 from leveller.core.paths import FlowKey
-from leveller.rpc.schema import LevelsReply, Report
+from leveller.rpc.schema import JobShift, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
 
 
@@ -51,16 +58,19 @@ class ReportClient(Protocol):
     def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply: ...
 
 
+class ShiftSink(Protocol):
+    """Passes CASSINI shift orders to the jobs (leveller.agent.shifts.ShiftFiles)."""
+
+    def deliver(self, shifts: Sequence[JobShift], received: float) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
 class NoFlows:
     """Flow source for hosts without a datapath: progress is reported, no flows."""
 
     def read_flows(self) -> Mapping[FlowKey, FlowSample]:
         return {}
-
-
-def marks_from_reply(reply: LevelsReply) -> dict[FlowKey, int]:
-    """flow -> DSCP for every flow the reply sets."""
-    return {f.key: reply.dscp_by_level[f.level] for f in reply.flows}
 
 
 @dataclass
@@ -73,6 +83,7 @@ class StepResult:
     marks: dict[FlowKey, int] | None = None  # applied this step
     cleared: bool = False  # the lease ran out this step: all rewrites removed
     stale: bool = False  # the controller answered with a decision older than its lease
+    t: float = 0.0  # wall-clock time the report was built (its flow counters were read)
 
 
 @dataclass
@@ -92,6 +103,10 @@ class Agent:
     known_jobs: frozenset[str] = frozenset()  # jobs of the last report (pushed levels are checked against it)
     metrics: AgentMetrics | None = None
     rejected: Rejections | None = None  # skipped log lines and jobs (counted, logged); made from metrics
+    overlap: OverlapWindows | None = None  # the overlap rule (None: off)
+    shift_files: ShiftSink | None = None  # where CASSINI shift orders go (None: not delivered)
+    assigned: dict[FlowKey, tuple[str, int]] = field(default_factory=dict)  # controller's (job, level)
+    dscp_by_level: tuple[int, ...] = ()
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
@@ -114,13 +129,37 @@ class Agent:
             lines = tailer.poll()
             if lines and tracker.feed_all(lines, now) and not tailer.behind:
                 advanced = True
+            if lines and self.overlap is not None:
+                self.overlap.feed(lines)
             long = tailer.long_lines - self._long_lines.get(id(tailer), 0)
             if long:
                 self._long_lines[id(tailer)] = tailer.long_lines
                 assert self.rejected is not None
                 self.rejected("line", f"{long} line(s) of {tailer.path} longer than {tailer.max_line} bytes",
                               count=long)
+        if self.overlap is not None:
+            with self._lock:
+                self._refresh_overlap()
         return advanced
+
+    def _effective(self) -> dict[FlowKey, int]:
+        """flow -> DSCP now: the controller's levels, with the overlap rule applied. Lock held."""
+        if self.overlap is None:
+            return {k: self.dscp_by_level[level] for k, (_, level) in self.assigned.items()}
+        return self.overlap.marks(self.assigned, self.dscp_by_level, self.clock())
+
+    def _refresh_overlap(self) -> None:
+        """Write the marks again if a job entered or left its overlap window, within the current lease
+        (never beyond it). Lock held."""
+        if self._closed or self.lease.expires_at is None or not self.assigned:
+            return
+        left = self.lease.expires_at - self.monotonic()
+        if left <= 0:
+            return
+        marks = self._effective()
+        if marks != self.marks:
+            self.enforcer.apply(marks, left)
+            self.marks = marks
 
     def build(self, now: float) -> Report:
         self.poll_logs(now)
@@ -129,7 +168,8 @@ class Agent:
                             now, self.rejected)
 
     def step(self) -> StepResult:
-        report = self.build(self.clock())
+        built_at = self.clock()
+        report = self.build(built_at)
         self.known_jobs = frozenset(j.job for j in report.jobs)
         pushes = self._pushes
         sent = self.monotonic()
@@ -140,7 +180,7 @@ class Agent:
             with self._lock:
                 cleared = self._expire_if_due()
             self._count("failed")
-            return StepResult(report, False, str(exc), cleared=cleared)
+            return StepResult(report, False, str(exc), cleared=cleared, t=built_at)
         with self._lock:
             # a newer decision pushed while this report was in flight wins over this reply
             if (self._pushes != pushes and self._pushed_epoch > reply.epoch) or self._closed:
@@ -151,7 +191,7 @@ class Agent:
             marks = dict(self.marks)
         self.last_error = None
         self._count("stale" if stale else "ok")
-        return StepResult(report, True, marks=marks, cleared=cleared, stale=stale)
+        return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
         """Apply levels the controller pushed (a new decision) without waiting for the next step."""
@@ -172,12 +212,16 @@ class Agent:
         valid_for = reference - reply.decision_age_s + reply.lease_s - now
         if valid_for <= 0:
             return True, self._drop()
-        marks = marks_from_reply(reply)
+        self.assigned = {f.key: (f.job, f.level) for f in reply.flows}
+        self.dscp_by_level = reply.dscp_by_level
+        marks = self._effective()
         self.enforcer.apply(marks, valid_for)
         self.marks = marks
         self.lease.renew(now, valid_for)
         if self.metrics is not None:
             self.metrics.lease_left.set(valid_for)
+        if reply.shifts and self.shift_files is not None:
+            self.shift_files.deliver(reply.shifts, self.clock())
         return False, False
 
     def _expire_if_due(self) -> bool:
@@ -198,6 +242,7 @@ class Agent:
     def _clear_all(self) -> None:
         self.enforcer.clear()
         self.marks = {}
+        self.assigned = {}
         if self.metrics is not None:
             self.metrics.lease_expiries.inc()
             self.metrics.lease_left.set(0)
@@ -233,3 +278,5 @@ class Agent:
                 self._closed = True
                 self.enforcer.clear()
                 self.marks = {}
+                if self.shift_files is not None:
+                    self.shift_files.close()

@@ -11,6 +11,14 @@ on time even if this agent is killed. Flows belong to jobs by cgroup
 (--job-cgroup) or port range (--job-ports; the job emulator's workers listen
 on --port + rank).
 
+With --overlap the agent applies the overlap rule: a job that announces a
+communication phase in its log (leveller-comm ... wait=W: `leveller job --slack`,
+or `communication_started()` of the hook) has its flows demoted to the lowest
+level for W seconds, then back to the controller's level (never beyond the
+lease). With --shift-dir DIR, CASSINI's time shifts (controller --policy cassini)
+are written to DIR/JOB.shift, which the job emulator (--shift-file) and the hook
+(LEVELLER_SHIFT_FILE) follow.
+
 Log lines are checked with the controller's rules (job name, iteration count,
 time); a bad line is skipped, logged (rate-limited) and counted
 (leveller_agent_rejected_total on --metrics-port), and the host's other jobs
@@ -23,6 +31,8 @@ examples:
       --job-ports j1=47000-47001 --dev h1-eth0 --netns h1
   leveller agent --controller 127.0.0.1:50051 --log gpt=/var/log/train.log \\
       --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2 --metrics-port 9110
+  leveller agent --controller 127.0.0.1:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
+      --dev eth0 --netns h1 --overlap --shift-dir /tmp/shifts
 """
 
 from __future__ import annotations
@@ -73,7 +83,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-push", action="store_true",
                         help="take levels only from report replies (default: also keep a Watch call open, so "
                         "a new decision arrives within milliseconds instead of up to --interval later)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per report on stdout")
+    parser.add_argument("--overlap", action="store_true",
+                        help="apply the overlap rule: demote a job's flows to the lowest level while its announced "
+                        "communication can wait (leveller-comm lines in its log)")
+    parser.add_argument("--shift-dir", metavar="DIR",
+                        help="write CASSINI shift orders (controller --policy cassini) to DIR/JOB.shift for the "
+                        "jobs to follow")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per report on stdout (with every flow's byte counter)")
     parser.set_defaults(func=run)
 
 
@@ -132,6 +149,14 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _bytes_by_job(flows: Any, label: Any) -> dict[str, dict[str, int]]:
+    """job -> flow label -> byte counter (the --json view of a report's flows)."""
+    out: dict[str, dict[str, int]] = {}
+    for f in flows:
+        out.setdefault(f.job, {})[label(f.key)] = f.bytes
+    return out
+
+
 def check_names(args: argparse.Namespace) -> None:
     """Refuse bad --host, --dev, --netns before anything touches a file or the network."""
     from leveller.agent.names import check_ifname, check_netns
@@ -152,6 +177,7 @@ def check_names(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leveller.agent.metrics import AgentMetrics, Rejections
+    from leveller.agent.overlap import OverlapWindows
     from leveller.agent.rate_tracker import EDGE_BYTES, LogTailer, RateTracker
     from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
     from leveller.agent.service import Agent, StepResult
@@ -183,15 +209,20 @@ def run(args: argparse.Namespace) -> int:
     classifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
                             tuple(parse_port_rule(p) for p in args.job_ports))
     ideal_times = _ideal_times(args.ideal_time)
+    shift_files = None
+    if args.shift_dir:
+        from leveller.agent.shifts import ShiftFiles
+        shift_files = ShiftFiles(args.shift_dir)
     secret = load_secret(args.secret_file)
     stop = threading.Event()
 
     def on_step(r: StepResult) -> None:
         if args.json:
-            print(json.dumps({"ok": r.ok, "error": r.error, "cleared": r.cleared, "stale": r.stale,
-                              "jobs": {j.job: j.iterations for j in r.report.jobs},
+            print(json.dumps({"t": round(r.t, 4), "ok": r.ok, "error": r.error, "cleared": r.cleared,
+                              "stale": r.stale, "jobs": {j.job: j.iterations for j in r.report.jobs},
                               "rejected": dict(rejected.counts),
-                              "marks": {flow_label(k): v for k, v in (r.marks or {}).items()}}), flush=True)
+                              "marks": {flow_label(k): v for k, v in (r.marks or {}).items()},
+                              "bytes": _bytes_by_job(r.report.flows, flow_label)}), flush=True)
         elif not r.ok:
             print(f"report failed: {r.error}" + ("; lease expired, all DSCP rewrites cleared" if r.cleared else ""),
                   flush=True)
@@ -213,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)
             agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
-                          ideal_times=ideal_times, metrics=metrics, rejected=rejected)
+                          ideal_times=ideal_times, metrics=metrics, rejected=rejected,
+                          overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files)
             timer = threading.Timer(args.duration, stop.set) if args.duration else None
             if timer:
                 timer.start()

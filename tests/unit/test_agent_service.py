@@ -4,6 +4,8 @@ after it (controller unreachable, or answering with a decision older than its le
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 from typing import Iterable, Mapping
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
@@ -135,3 +137,43 @@ def test_a_100_mb_log_neither_delays_the_report_nor_blows_memory(tmp_path: Path)
         tracemalloc.stop()
     assert peak < 8 << 20, f"{peak / 2**20:.1f} MiB for one step"
     assert result.ok and [(j.job, j.iterations, j.start_time) for j in client.reports[0].jobs] == [("a", 20000, 100.0)]
+
+
+def test_overlap_rule_demotes_the_job_inside_its_window_and_never_extends_the_lease(tmp_path: Path) -> None:
+    from leveller.agent.overlap import OverlapWindows
+    from leveller.jobs.control import format_comm_line
+
+    agent, client, enforcer, now, log = make(tmp_path)
+    agent.overlap = OverlapWindows()
+    assert agent.step().ok and enforcer.marks == {A: 46}  # the controller's level 1 (lease until 104.0)
+    now[0] = 101.5
+    with open(log, "a") as f:
+        f.write(format_comm_line("a", 1, 101.4, 0.5) + "\n")  # can wait until 101.9
+    agent.poll_logs(now[0])
+    assert enforcer.marks == {A: 0}  # the lowest level's DSCP while the communication can wait
+    assert enforcer.valid_for[-1] == pytest.approx(2.5)  # what is left of the lease, not a new one
+    now[0] = 101.8
+    agent.poll_logs(now[0])
+    assert enforcer.marks == {A: 0} and len(enforcer.valid_for) == 2  # nothing to write meanwhile
+    now[0] = 101.9
+    agent.poll_logs(now[0])
+    assert enforcer.marks == {A: 46} and enforcer.valid_for[-1] == pytest.approx(2.1)  # restored
+    # a window that opens after the lease ran out writes nothing
+    now[0] = 104.5
+    client.up = False
+    assert agent.step().cleared and enforcer.marks == {}
+    with open(log, "a") as f:
+        f.write(format_comm_line("a", 1, 104.5, 0.5) + "\n")
+    agent.poll_logs(now[0])
+    assert enforcer.marks == {}
+
+
+def test_without_the_overlap_rule_comm_lines_change_nothing(tmp_path: Path) -> None:
+    from leveller.jobs.control import format_comm_line
+
+    agent, client, enforcer, now, log = make(tmp_path)
+    assert agent.step().ok and enforcer.marks == {A: 46}
+    with open(log, "a") as f:
+        f.write(format_comm_line("a", 1, 101.0, 0.5) + "\n")
+    agent.poll_logs(now[0])
+    assert enforcer.marks == {A: 46} and len(enforcer.valid_for) == 1
