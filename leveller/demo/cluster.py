@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from leveller.core.topology import topology_from_dict
+from leveller.core.topology import Topology, topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.ovs import stop_pid
@@ -58,10 +58,13 @@ def stop_recorded(run_dir: Path) -> int:
 
 
 class DemoCluster:
-    """Testbed (h1, h2, h3 -> h4 on s1) with the SDN app; ``with DemoCluster(...) as c:``."""
+    """Testbed with the SDN app; ``with DemoCluster(...) as c:``. The topology is the demo's
+    (h1, h2, h3 -> h4 on s1) unless one is given (e.g. a preset of leveller.core.topology)."""
 
-    def __init__(self, name: str = "demo", run_dir: Path | None = None, progress: Progress = _quiet) -> None:
+    def __init__(self, name: str = "demo", run_dir: Path | None = None, progress: Progress = _quiet,
+                 topology: Topology | None = None) -> None:
         self.name = check_name(name)
+        self.topology = topology if topology is not None else topology_from_dict(topology_dict())
         self.run_dir = Path(run_dir) if run_dir else demo_run_dir(name)
         self.progress = progress
         self.testbed = Testbed(self.name, self.run_dir)
@@ -99,9 +102,8 @@ class DemoCluster:
     def _up(self) -> None:
         if self.cleanup_leftovers():
             self.progress("removed the leftovers of an earlier demo")
-        topo = topology_from_dict(topology_dict())
         self.progress("building the testbed")
-        self.testbed = Testbed.up(topo, self.name, self.run_dir, progress=self.progress)
+        self.testbed = Testbed.up(self.topology, self.name, self.run_dir, progress=self.progress)
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             self._tune_hosts()

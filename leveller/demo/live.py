@@ -1,9 +1,11 @@
 """One policy run on the live cluster: controller + one agent per host + the jobs, then R.
 
 Everything is a real process: `leveller controller` (policy, tau, paths from the
-SDN app), `leveller agent` per host (eBPF datapath on the host's eth0 inside its
-namespace, iteration logs, flow attribution by port), and the job emulator's
-workers in the host namespaces. Processes are stopped on exit, error or Ctrl-C;
+SDN app), `leveller agent` per host of a job (eBPF datapath on the host's eth0
+inside its namespace, iteration logs, flow attribution by port, CASSINI shift
+files, the overlap rule with ``LiveSettings.overlap``), and the job emulator's
+workers in the host namespaces. Jobs are :class:`~leveller.demo.scenario.LiveJob`:
+any hosts of the cluster's topology, push or ring. Processes are stopped on exit, error or Ctrl-C;
 each pid is recorded so a crashed demo's processes are stopped at the next start.
 """
 
@@ -23,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
-from leveller.demo.scenario import LEVELS, LINK_MBPS, RECEIVER, JobPlan
+from leveller.demo.scenario import LEVELS, LiveJob
 from leveller.testbed.ovs import stop_pid
 
 Tick = Callable[[float], None]  # fraction of the run done
@@ -46,6 +48,8 @@ class LiveSettings:
     lease_s: float = 2.0
     stale_after_s: float = 1.0
     alone_s: float = 10.0  # profiling run per job shape
+    levels: int = LEVELS  # switch priority levels the controller uses (the testbed's queues)
+    overlap: bool = False  # agents apply the overlap rule (jobs with slack announce their windows)
 
 
 @dataclass
@@ -109,24 +113,26 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def job_spec(cluster: DemoCluster, job: JobPlan, unit_s: float, seconds: float) -> Any:
+def job_spec(cluster: DemoCluster, job: LiveJob, seconds: float, shift_file: Path | None = None) -> Any:
     from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
 
-    workers = (WorkerPlace(cluster.ip(RECEIVER), cluster.netns(RECEIVER)),
-               WorkerPlace(cluster.ip(job.sender), cluster.netns(job.sender)))
-    return JobSpec(job.name, workers, job.compute_s(unit_s), job.comm_s(unit_s), LINK_MBPS * 1e6,
-                   pattern="push", port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE,
-                   window_bytes=WINDOW_BYTES)
+    workers = tuple(WorkerPlace(cluster.ip(h), cluster.netns(h)) for h in job.hosts)
+    return JobSpec(job.name, workers, job.compute_s, job.comm_s, job.rate_mbps * 1e6, pattern=job.pattern,
+                   port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE, window_bytes=WINDOW_BYTES,
+                   slack_s=job.slack_s, shift_file=str(shift_file) if shift_file else None)
 
 
-def _run_jobs(cluster: DemoCluster, jobs: Sequence[JobPlan], log_dir: Path, unit_s: float, seconds: float,
-              tick: Tick) -> tuple[dict[str, JobLog], float, float]:
+def _run_jobs(cluster: DemoCluster, jobs: Sequence[LiveJob], log_dir: Path, seconds: float, tick: Tick,
+              shift_dir: Path | None = None) -> tuple[dict[str, JobLog], float, float]:
     """Start every job at once, wait for the end; returns the logs and the common window."""
+    from leveller.jobs.control import shift_path
     from leveller.jobs.launcher import JobRun
 
     paths = {j.name: log_dir / f"{j.name}.log" for j in jobs}
     with contextlib.ExitStack() as stack:
-        runs = [stack.enter_context(JobRun(job_spec(cluster, j, unit_s, seconds), log=str(paths[j.name])))
+        runs = [stack.enter_context(JobRun(job_spec(cluster, j, seconds,
+                                                    shift_path(shift_dir, j.name) if shift_dir else None),
+                                           log=str(paths[j.name])))
                 for j in jobs]
         t_start = min(r.started_at for r in runs)
         t_end = min(r.deadline for r in runs if r.deadline is not None)
@@ -147,20 +153,22 @@ def _run_jobs(cluster: DemoCluster, jobs: Sequence[JobPlan], log_dir: Path, unit
     return parse_logs(lines), t_start, t_end
 
 
-def profile_alone(cluster: DemoCluster, job: JobPlan, settings: LiveSettings, tick: Tick = _noop) -> float:
-    """Ideal iteration time of ``job``'s shape: the job runs alone on the testbed (whole link, any
+def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, tick: Tick = _noop,
+                  tag: str | None = None) -> float:
+    """Ideal iteration time of ``job``: the job runs alone on the testbed (whole links, any
     priority is the top one), median iteration time via leveller.core.profiling."""
-    log_dir = cluster.work_dir / f"alone-{job.shape.replace(':', '-')}"
+    log_dir = cluster.work_dir / (tag or f"alone-{job.name}")
     log_dir.mkdir(parents=True, exist_ok=True)
-    logs, _, _ = _run_jobs(cluster, [job], log_dir, settings.unit_s, settings.alone_s, tick)
+    logs, _, _ = _run_jobs(cluster, [job], log_dir, settings.alone_s, tick)
     if job.name not in logs:
-        raise RuntimeError(f"profiling {job.name} ({job.shape}) alone: no iteration lines in {log_dir}")
+        raise RuntimeError(f"profiling {job.name} alone: no iteration lines in {log_dir}")
     return ideal_from_alone(logs[job.name])
 
 
-def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[JobPlan], ideal: dict[str, float],
+def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
                settings: LiveSettings, tick: Tick = _noop) -> RunOutput:
-    """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs."""
+    """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.
+    The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``."""
     work = cluster.work_dir / tag
     work.mkdir(parents=True, exist_ok=True)
     secret = cluster.work_dir / "secret"
@@ -170,23 +178,25 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[JobPl
     port = free_port()
     bound = str(settings.seconds + 60)  # every process ends by itself even if we vanish
     ctl_argv = _cli("controller", "--listen", f"127.0.0.1:{port}", "--secret-file", str(secret),
-                    "--policy", policy, "--levels", str(LEVELS), "--tau", str(settings.tau_s),
+                    "--policy", policy, "--levels", str(settings.levels), "--tau", str(settings.tau_s),
                     "--lease", str(settings.lease_s), "--stale-after", str(settings.stale_after_s),
                     "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json", "--duration", bound)
     for j in jobs:
-        ctl_argv += ["--job-shape", f"{j.name}={j.compute_s(settings.unit_s)}:{j.comm_s(settings.unit_s)}"]
+        ctl_argv += ["--job-shape", j.shape]
     logs = {j.name: work / f"{j.name}.log" for j in jobs}
     with contextlib.ExitStack() as stack:
         ctl_out = work / "controller.jsonl"
         ctl = stack.enter_context(_process(ctl_argv, ctl_out, cluster.work_dir))
         _wait_for("controller", lambda: _port_open(port), [ctl], [ctl_out])
         agents, outs = [], []
-        for host in sorted({j.sender for j in jobs} | {RECEIVER}):
-            mine = [j for j in jobs if host in (j.sender, RECEIVER)]
+        for host in sorted({h for j in jobs for h in j.hosts}):
+            mine = [j for j in jobs if host in j.hosts]
             argv = _cli("agent", "--controller", f"127.0.0.1:{port}", "--secret-file", str(secret),
                         "--host", host, "--dev", "eth0", "--netns", cluster.netns(host),
                         "--interval", str(settings.interval_s), "--poll", str(settings.poll_s),
-                        "--duration", bound, "--json")
+                        "--duration", bound, "--json", "--shift-dir", str(work))
+            if settings.overlap:
+                argv.append("--overlap")
             for j in mine:
                 argv += ["--log", str(logs[j.name]), "--job-ports", j.ports,
                          "--ideal-time", f"{j.name}={ideal[j.name]:.6f}"]
@@ -194,7 +204,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[JobPl
             agents.append(stack.enter_context(_process(argv, out, cluster.work_dir)))
             outs.append(out)
         _wait_for("agents", lambda: all(o.exists() and o.stat().st_size > 0 for o in outs), agents, outs)
-        job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.unit_s, settings.seconds, tick)
+        job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.seconds, tick, shift_dir=work)
     decisions = []
     for line in ctl_out.read_text().splitlines():
         try:

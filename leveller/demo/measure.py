@@ -7,9 +7,12 @@ started (its ``iter=0`` line), transient included, as the paper measures it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from leveller.core.profiling import estimate_ideal_time
 from leveller.core.rate import progress_rate
@@ -79,3 +82,38 @@ def top_job_changes(decisions: Sequence[dict[str, Any]]) -> int:
     """
     orders = [d["order"] for d in decisions if d.get("order")]
     return sum(1 for a, b in zip(orders, orders[1:]) if set(a) == set(b) and a[0] != b[0])
+
+
+def job_bytes(lines: Iterable[str]) -> dict[str, list[tuple[float, int]]]:
+    """From an agent's ``--json`` lines: per job, (time, bytes its flows sent from that host so far),
+    read from the eBPF counters at every report."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or "t" not in rec:
+            continue
+        for job, flows in (rec.get("bytes") or {}).items():
+            out.setdefault(job, []).append((float(rec["t"]), int(sum(flows.values()))))
+    return {job: sorted(series) for job, series in out.items()}
+
+
+def sending(series: Sequence[tuple[float, int]], t0: float, t1: float, bin_s: float,
+            min_rate_bps: float) -> np.ndarray:
+    """Bins of ``bin_s`` over [t0, t1): True where the job sent faster than ``min_rate_bps`` (the
+    cumulative counter interpolated linearly between samples)."""
+    edges = np.arange(t0, t1 + 1e-9, bin_s)
+    if len(series) < 2 or len(edges) < 2:
+        return np.zeros(max(0, len(edges) - 1), dtype=bool)
+    t = np.array([s[0] for s in series])
+    b = np.array([s[1] for s in series], dtype=float)
+    cum = np.interp(edges, t, b)
+    return np.diff(cum) * 8 / bin_s > min_rate_bps
+
+
+def overlap_share(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the time either job communicates during which both do (0: interleaved, 1: always together)."""
+    either = int((a | b).sum())
+    return float((a & b).sum()) / either if either else 0.0

@@ -37,12 +37,13 @@ def run_demo(examples: Sequence[str] = ("pair", "trio"), policies: Sequence[str]
                 shapes.setdefault(job.shape, job)
         ideal_by_shape: dict[str, float] = {}
         for shape, job in shapes.items():
-            ideal_by_shape[shape] = profile_alone(cluster, job, settings,
-                                                  lambda f, s=shape: step(f"profiling {s} alone", f))
+            ideal_by_shape[shape] = profile_alone(cluster, job.live(settings.unit_s), settings,
+                                                  lambda f, s=shape: step(f"profiling {s} alone", f),
+                                                  tag=f"alone-{shape.replace(':', '-')}")
         for ex, pol in steps(examples, policies):
             jobs = plan(ex)
             ideal = {j.name: ideal_by_shape[j.shape] for j in jobs}
-            out = run_policy(cluster, f"{ex}-{pol}", pol, jobs, ideal, settings,
+            out = run_policy(cluster, f"{ex}-{pol}", pol, [j.live(settings.unit_s) for j in jobs], ideal, settings,
                              lambda f, e=ex, p=pol: step(f"{e} under {p}", f))
             run = RunResult(ex, pol, [j.name for j in jobs], [out.rates[j.name] for j in jobs],
                             [out.logs[j.name].iterations_by(out.t_end) for j in jobs],

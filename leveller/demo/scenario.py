@@ -42,6 +42,39 @@ def topology_dict() -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class LiveJob:
+    """One emulated job on the live cluster: a worker per host of ``hosts`` (rank order), each
+    iteration ``compute_s`` of compute and ``comm_s`` of communication at ``rate_mbps``; worker i
+    listens on ``port + i``. ``slack_s``: the communication starts that long before the compute
+    ends (overlap). ``gpus``: what Crux's intensity counts."""
+
+    name: str
+    hosts: tuple[str, ...]
+    compute_s: float
+    comm_s: float
+    port: int
+    pattern: str = "push"
+    slack_s: float = 0.0
+    rate_mbps: float = LINK_MBPS
+    gpus: int = 1
+
+    @property
+    def ports(self) -> str:
+        """``JOB=LOW-HIGH`` for the agent's --job-ports."""
+        return f"{self.name}={self.port}-{self.port + len(self.hosts) - 1}"
+
+    @property
+    def shape(self) -> str:
+        """``JOB=C:M:G:S`` for the controller's --job-shape."""
+        return f"{self.name}={self.compute_s!r}:{self.comm_s!r}:{self.gpus}:{self.slack_s!r}"
+
+    @property
+    def model_ideal_s(self) -> float:
+        """Iteration time alone in the model: compute plus the communication the slack cannot hide."""
+        return self.compute_s + max(0.0, self.comm_s - self.slack_s)
+
+
+@dataclass(frozen=True)
 class JobPlan:
     """One emulated job of an example."""
 
@@ -61,10 +94,9 @@ class JobPlan:
     def comm_s(self, unit_s: float) -> float:
         return self.comm_units * unit_s
 
-    @property
-    def ports(self) -> str:
-        """``JOB=LOW-HIGH`` for the agent's --job-ports."""
-        return f"{self.name}={self.port}-{self.port + 1}"
+    def live(self, unit_s: float) -> LiveJob:
+        """The job on the live cluster: rank 0 on the receiver, rank 1 sends (push)."""
+        return LiveJob(self.name, (RECEIVER, self.sender), self.compute_s(unit_s), self.comm_s(unit_s), self.port)
 
 
 def plan(example: str) -> list[JobPlan]:

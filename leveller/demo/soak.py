@@ -128,7 +128,7 @@ def run_soak(duration_s: float, interval_s: float = 5.0, name: str = "soak", run
     with cluster:
 
         note("running the trio under leveller")
-        out = run_policy(cluster, "soak", POLICY, jobs, ideal, settings, tick)
+        out = run_policy(cluster, "soak", POLICY, [j.live(settings.unit_s) for j in jobs], ideal, settings, tick)
         note("tearing down")
     left = leftovers(cluster.name, markers)
     t0, t1 = sampler.t_first or 0.0, sampler.t_last or 0.0

@@ -66,7 +66,7 @@ def test_plan_puts_each_job_on_its_own_sender_and_port_range() -> None:
     ranges = [(j.port, j.port + 1) for j in trio]
     assert all(b[0] > a[1] for a, b in zip(ranges, ranges[1:]))
     assert all(j.port + 1 < 32768 for j in trio)  # below the ephemeral range
-    assert trio[0].ports == f"j1={trio[0].port}-{trio[0].port + 1}"
+    assert trio[0].live(0.25).ports == f"j1={trio[0].port}-{trio[0].port + 1}"
     with pytest.raises(UserError, match="example"):
         plan("quartet")
     topo = topology_from_dict(topology_dict())
