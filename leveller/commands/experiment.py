@@ -1,6 +1,7 @@
 """Experiments on the emulated cluster that run the whole live system; `--json` for machine-readable output.
 
   leveller experiment soak     the live system for a long run; memory and open files of every service
+  leveller experiment tenants  the paper's testbed experiments: 2-4 tenants on a leaf-spine (Fig. 10), --fig9
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 # name -> (module, help); each module has configure(parser) like a command.
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "soak": ("leveller.commands.experiment_soak", "long live run; RSS and open fds of every service, growth"),
+    "tenants": ("leveller.commands.experiment_tenants", "2-4 tenants on the leaf-spine under every policy (Fig. 10)"),
 }
 
 

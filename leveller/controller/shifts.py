@@ -6,8 +6,8 @@ and byte counter, and each flow's links. A job's **circle** on a link (leveller.
 has perimeter = its ideal iteration time and one arc = its communication: from
 ``C - S`` into the iteration, ``M`` long, demanding the whole link (an emulated or
 all-reduce flow alone runs at its bottleneck's rate). A job is on a link when one of its
-flows crosses it and carries at least ``min_share`` of the bytes of the job's busiest flow,
-so the ACK streams of the reverse direction (a few % of the bytes) put no job on a link.
+flows crosses it and carries at least ``min_share`` of the bytes of the job's busiest flow (and
+64 KiB), so the ACK streams of the reverse direction (a few % of the bytes) put no job on a link.
 
 The shifts come from :func:`leveller.core.cassini.shared_link_shifts`, the search the
 network simulator uses. A new **plan** is made when the set of shared links, their jobs or
@@ -42,16 +42,19 @@ class ShiftPlan:
     periods: dict[str, float]
 
 
+MIN_BYTES = 64 * 1024  # a flow that moved less carries no communication yet (a handshake, first ACKs)
+
+
 def job_links(flows: Mapping[FlowKey, tuple[str, int]], links: Mapping[FlowKey, Sequence[Hashable]],
-              min_share: float = 0.1) -> dict[str, set[Hashable]]:
-    """job -> links its communication crosses: flows with at least ``min_share`` of the bytes of
-    the job's busiest flow (leaves out ACK streams)."""
+              min_share: float = 0.1, min_bytes: int = MIN_BYTES) -> dict[str, set[Hashable]]:
+    """job -> links its communication crosses: flows with at least ``min_bytes`` and ``min_share`` of
+    the bytes of the job's busiest flow (leaves out ACK streams)."""
     busiest: dict[str, int] = {}
     for job, nbytes in flows.values():
         busiest[job] = max(busiest.get(job, 0), nbytes)
     out: dict[str, set[Hashable]] = {}
     for key, (job, nbytes) in flows.items():
-        if busiest[job] > 0 and nbytes >= min_share * busiest[job]:
+        if nbytes >= min_bytes and nbytes >= min_share * busiest[job]:
             out.setdefault(job, set()).update(links.get(key) or ())
     return out
 

@@ -56,7 +56,7 @@ def test_shifts_on_a_chain_of_links_follow_the_bfs_formula() -> None:
     # a and b share L1, b and c share L2 (a different shape so the rotation on L2 is not trivial)
     shapes = {"a": JobShape(0.6, 0.4), "b": JobShape(0.7, 0.3), "c": JobShape(0.5, 0.5, slack=0.2)}
     fa, fb, fc = (flow_key(f"10.0.0.{i}", "10.0.0.9", 40000 + i, 20000 + i) for i in (1, 2, 3))
-    flows = {fa: ("a", 100), fb: ("b", 100), fc: ("c", 100)}
+    flows = {fa: ("a", 1_000_000), fb: ("b", 1_000_000), fc: ("c", 1_000_000)}
     links = {fa: ("L1",), fb: ("L1", "L2"), fc: ("L2",)}
     ideal = jobs(("a", 1.0), ("b", 1.0), ("c", 2.0))
     planner = ShiftPlanner(settle_s=0.0)
@@ -75,6 +75,7 @@ def test_ack_streams_put_no_job_on_a_link_and_unknown_shapes_get_no_shift() -> N
     flows = {F1: ("j1", 1_000_000), F1_ACK: ("j1", 30_000), F2: ("j2", 1_000_000)}
     links = {F1: ("h1>s1", "s1>h4"), F1_ACK: ("h4>s1", "s1>h1"), F2: ("h2>s1", "s1>h4")}
     assert job_links(flows, links) == {"j1": {"h1>s1", "s1>h4"}, "j2": {"h2>s1", "s1>h4"}}
+    assert job_links({F2: ("j2", 10_000)}, links) == {}  # a job that moved next to nothing yet
     planner = ShiftPlanner(settle_s=0.0)
     assert planner.update(jobs(("j1", 1.0), ("j2", 1.0)), {"j1": HALF}, flows, links, now=0.0)
     assert planner.plan is not None and planner.plan.shifts == {}  # j2 has no shape: nothing is shared
@@ -83,19 +84,19 @@ def test_ack_streams_put_no_job_on_a_link_and_unknown_shapes_get_no_shift() -> N
 def test_a_plan_waits_for_the_picture_to_settle_and_follows_arrivals_and_departures() -> None:
     planner = ShiftPlanner(settle_s=1.0)
     shapes = {"j1": HALF, "j2": HALF, "j3": HALF}
-    two = ({F1: ("j1", 100), F2: ("j2", 100)}, {F1: ("s1>h4",), F2: ("s1>h4",)})
+    two = ({F1: ("j1", 1_000_000), F2: ("j2", 1_000_000)}, {F1: ("s1>h4",), F2: ("s1>h4",)})
     assert not planner.update(jobs(("j1", 1.0), ("j2", 1.0)), shapes, *two, now=0.0)
     assert not planner.update(jobs(("j1", 1.0), ("j2", 1.0)), shapes, *two, now=0.9)
     assert planner.update(jobs(("j1", 1.0), ("j2", 1.0)), shapes, *two, now=1.0)
     assert not planner.update(jobs(("j1", 1.0), ("j2", 1.0)), shapes, *two, now=5.0)  # nothing new
     assert planner.plan is not None and planner.plan.plan == 1
     # j3 arrives on the same link: a new plan for three, once it held for settle_s
-    three = ({**two[0], F3: ("j3", 100)}, {**two[1], F3: ("s1>h4",)})
+    three = ({**two[0], F3: ("j3", 1_000_000)}, {**two[1], F3: ("s1>h4",)})
     assert not planner.update(jobs(("j1", 1.0), ("j2", 1.0), ("j3", 1.0)), shapes, *three, now=6.0)
     assert planner.update(jobs(("j1", 1.0), ("j2", 1.0), ("j3", 1.0)), shapes, *three, now=7.0)
     assert planner.plan.plan == 2 and set(planner.plan.shifts) == {"j1", "j2", "j3"}
     # j2 and j3 leave: j1 alone shares nothing, the plan is empty
-    one = ({F1: ("j1", 100)}, {F1: ("s1>h4",)})
+    one = ({F1: ("j1", 1_000_000)}, {F1: ("s1>h4",)})
     planner.update(jobs(("j1", 1.0)), shapes, *one, now=8.0)
     assert planner.update(jobs(("j1", 1.0)), shapes, *one, now=9.0)
     assert planner.plan.plan == 3 and planner.plan.shifts == {}
@@ -104,9 +105,10 @@ def test_a_plan_waits_for_the_picture_to_settle_and_follows_arrivals_and_departu
 
 def test_replies_point_at_the_plans_phase_from_any_instant() -> None:
     planner = ShiftPlanner(settle_s=0.0)
-    flows = {F1: ("j1", 100), F2: ("j2", 100)}
+    flows = {F1: ("j1", 1_000_000), F2: ("j2", 1_000_000)}
     links = {F1: ("s1>h4",), F2: ("s1>h4",)}
     planner.update(jobs(("j1", 1.0), ("j2", 1.5)), {"j1": HALF, "j2": JobShape(1.0, 0.5)}, flows, links, now=10.0)
+    assert planner.plan is not None and planner.plan.shifts
     plan = planner.plan
     for now in (10.0, 10.3, 17.77):
         for s in planner.replies(["j1", "j2", "other"], now):

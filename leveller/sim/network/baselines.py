@@ -152,9 +152,4 @@ class CassiniNet:
         return out
 
     def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
-        links = self.circles(jobs)
-        if not links:
-            return {}
-        periods = [c.period_s for circles in links.values() for c in circles]
-        quantum = self.quantum_fraction * min(periods)
-        return cassini.job_shifts(links, quantum, self.lcm_periods * max(periods))
+        return cassini.shared_link_shifts(self.circles(jobs), self.quantum_fraction, self.lcm_periods)

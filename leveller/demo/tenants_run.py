@@ -1,0 +1,98 @@
+"""Runs of the tenants experiment on the live cluster, through the demo's orchestration.
+
+One *repeat* = one placement of N tenants: a fresh cluster (leveller.demo.DemoCluster on the
+leaf-spine), every job profiled alone in place (its ideal iteration time), then one run per
+policy with the whole live system (leveller.demo.live.run_policy; under ``leveller`` the agents
+also apply the overlap rule), then the cluster comes down. With ``lock`` the repeat holds an
+``flock`` on that file from start to end, so other users of a shared machine interleave between
+repeats. Progress goes to two callbacks; Ctrl-C / SIGTERM unwind the with-blocks (the caller
+wraps the run in leveller.demo.interrupts.unwind_on_signals), which tears everything down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from leveller.demo.cluster import DemoCluster
+from leveller.demo.live import LiveSettings, profile_alone, run_policy
+from leveller.demo.tenants import PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
+
+Step = Callable[[str, float], None]  # (what runs, fraction of it done)
+Note = Callable[[str], None]
+
+
+def _quiet(*_: object) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def held(lock: Path | None, note: Note = _quiet) -> Iterator[None]:
+    """Hold an exclusive flock on ``lock`` (waiting for it) for the block; nothing without a lock."""
+    if lock is None:
+        yield
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            note(f"waiting for the lock {lock}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays (others may hold it by path)
+
+
+def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[str], settings: LiveSettings,
+          link_mbps: float, label: str, step: Step) -> tuple[dict[str, float], list[PolicyRun]]:
+    jobs = [t.job(link_mbps) for t in tenants]
+    ideal = {}
+    for j in jobs:
+        ideal[j.name] = profile_alone(cluster, j, settings, lambda f, n=j.name: step(f"{label}: {n} alone", f))
+    runs = []
+    for pol in policies:
+        out = run_policy(cluster, pol, pol, jobs, ideal, dataclasses.replace(settings, overlap=pol == "leveller"),
+                         lambda f, p=pol: step(f"{label}: {p}", f))
+        runs.append(PolicyRun(pol, {j.name: out.rates[j.name] for j in jobs},
+                              {j.name: out.logs[j.name].iterations_by(out.t_end) for j in jobs},
+                              out.t_end - out.t_start))
+    return ideal, runs
+
+
+def run_repeat(tenants: int, repeat: int, seed: int, policies: Sequence[str], settings: LiveSettings,
+               name: str, ref_gbps: float, lock: Path | None = None, step: Step = _quiet,
+               note: Note = _quiet) -> Repeat:
+    """One placement of ``tenants`` tenants under every policy (see the module doc)."""
+    topo = leafspine(settings.levels)
+    drawn = draw_tenants(tenants, topo, seed, repeat, ref_gbps)
+    rep = Repeat(tenants, repeat, drawn)
+    link = min(link.rate_mbps for link in topo.links)
+    with held(lock, note):
+        started = time.monotonic()
+        with DemoCluster(name, progress=note, topology=topo) as cluster:
+            rep.ideal, rep.runs = _runs(cluster, drawn, policies, settings, link,
+                                        f"{tenants} tenants #{repeat + 1}", step)
+        rep.seconds = time.monotonic() - started
+    return rep
+
+
+def run_fig9(policies: Sequence[str], settings: LiveSettings, name: str, ref_gbps: float,
+             lock: Path | None = None, step: Step = _quiet, note: Note = _quiet) -> Repeat:
+    """Three 2-host jobs on the dumbbell's one bottleneck, 2 levels, under every policy."""
+    topo = dumbbell()
+    jobs = fig9_tenants(ref_gbps)
+    rep = Repeat(3, 0, jobs)
+    link = min(link.rate_mbps for link in topo.links)
+    with held(lock, note):
+        started = time.monotonic()
+        with DemoCluster(name, progress=note, topology=topo) as cluster:
+            rep.ideal, rep.runs = _runs(cluster, jobs, policies, dataclasses.replace(settings, levels=topo.levels),
+                                        link, "fig9", step)
+        rep.seconds = time.monotonic() - started
+    return rep

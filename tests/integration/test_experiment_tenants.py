@@ -1,0 +1,91 @@
+"""`leveller experiment tenants`, short: two tenants on the leaf-spine (12 host namespaces, five OVS
+bridges driven by the SDN app, an agent per used host), each job profiled alone, then `fair` and
+`leveller` for 10 s each. The JSON contract of DESIGN.md, the details file and the plot, and that
+nothing of the run is left afterwards, also when it is interrupted with Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leveller.demo.soak import leftovers
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.privileged
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "leveller.cli", "experiment", "tenants", *args]
+
+
+def _nothing_left(name: str) -> dict[str, list[str]]:
+    run_dir = Path("/run/leveller") / name
+    return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])
+
+
+def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> None:
+    name = "tn" + uuid.uuid4().hex[:8]
+    proc = subprocess.run(_cli("--tenants", "2", "--policies", "fair,leveller", "--repeats", "1", "--seed", "4",
+                               "--duration", "10", "--alone", "5", "--name", name, "--out", str(tmp_path), "--json"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("{"), proc.stderr[-5000:]
+    doc = json.loads(proc.stdout)
+    print(doc)
+    assert set(doc) == {"2"} and set(doc["2"]) == {"fair", "leveller"}
+    for pol in ("fair", "leveller"):
+        assert set(doc["2"][pol]) == {"min", "avg"}
+        (lo,), (avg,) = doc["2"][pol]["min"], doc["2"][pol]["avg"]
+        assert 0.05 < lo <= avg < 1.3  # both jobs iterated, at a plausible pace against their ideal times
+    assert "job catalog" in proc.stderr and "scale" in proc.stderr  # the scaling is printed
+    details = json.loads((tmp_path / "tenants.json").read_text())
+    assert details["results"] == doc
+    rep = details["repeats"][0]
+    assert set(rep["jobs"]) == {"t1", "t2"} and all(0.3 < v < 3.0 for v in rep["ideal_s"].values())
+    assert all(min(r["iterations"].values()) >= 3 for r in rep["runs"].values())
+    assert (tmp_path / "tenants.png").read_bytes()[:4] == b"\x89PNG"
+    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+
+
+def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
+    name = "tn" + uuid.uuid4().hex[:8]
+    out = tmp_path / "run.log"
+    with out.open("wb") as log:
+        proc = subprocess.Popen(_cli("--tenants", "3", "--policies", "crux", "--repeats", "1", "--duration", "60",
+                                     "--alone", "5", "--name", name, "--out", str(tmp_path), "--json"),
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        work = f"/run/leveller/{name}.work"
+
+        def workers() -> int:
+            n = 0
+            for p in Path("/proc").iterdir():
+                if p.name.isdigit():
+                    try:
+                        argv = (p / "cmdline").read_bytes().decode(errors="replace")
+                    except OSError:
+                        continue
+                    n += "leveller.jobs.worker" in argv and work in argv
+            return n
+
+        wait_until(lambda: workers() >= 2, 120, lambda: f"a job to run: {out.read_text()[-2000:]}", step_s=0.2)
+        time.sleep(1)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:  # the test failed early: still let the run tear down, then kill it
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert not (tmp_path / "tenants.json").exists()  # no report for an interrupted run
