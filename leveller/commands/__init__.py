@@ -7,3 +7,17 @@ Modules must not import heavy or privileged dependencies (bcc, os_ken,
 pyroute2, matplotlib) at module level: import them inside the handler, so
 ``leveller --help`` and pure commands work everywhere.
 """
+
+from pathlib import Path
+
+from leveller.errors import UserError
+
+
+def output_dir(text: str, option: str = "--out") -> Path:
+    """The directory ``text`` (created if needed) for a command's results; UserError naming ``option``."""
+    out = Path(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{option} {text}: cannot create it ({exc.strerror})") from None
+    return out

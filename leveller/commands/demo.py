@@ -128,11 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UserError("the live demo needs root (namespaces, OVS, eBPF); run it as root, or "
                         "`leveller demo --model-only` for the simulator's numbers")
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {args.out}: cannot create it ({exc.strerror})") from None
+    from leveller.commands import output_dir
+
+    out = output_dir(args.out)
     settings = LiveSettings(unit_s=args.unit, seconds=args.seconds)
     model, _ = simulate(args.cycles, None)
     model_rates = {ex: {k: [float(r) for r in res.rates] for k, res in runs.items() if k in POLICIES}

@@ -63,11 +63,9 @@ def _check(args: argparse.Namespace) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     _check(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {args.out}: cannot create it ({exc.strerror})") from None
+    from leveller.commands import output_dir
+
+    out = output_dir(args.out)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

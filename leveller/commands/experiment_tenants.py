@@ -61,6 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds of every job's run alone, for its ideal time (default 10)")
     parser.add_argument("--ref-gbps", type=float, default=100.0, metavar="G",
                         help="network the catalog's communication times refer to, Gbit/s per rank (default 100)")
+    parser.add_argument("--link-mbps", type=float, default=None, metavar="R",
+                        help="rate of every emulated link, Mbit/s (default 25: what one ovs-vswitchd thread forwards "
+                        "through three bridges without becoming the bottleneck)")
     parser.add_argument("--fig9", action="store_true",
                         help="Figure 9 instead: three 2-host jobs on one bottleneck with 2 levels")
     parser.add_argument("--out", default="out/tenants", metavar="DIR",
@@ -115,6 +118,12 @@ def check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
         raise UserError(f"--alone {args.alone:g}: allowed is 5..600 seconds")
     if not (math.isfinite(args.ref_gbps) and 1 <= args.ref_gbps <= 3200):
         raise UserError(f"--ref-gbps {args.ref_gbps:g}: allowed is 1..3200")
+    from leveller.demo.tenants import LINK_MBPS
+
+    if args.link_mbps is None:
+        args.link_mbps = LINK_MBPS
+    if not (math.isfinite(args.link_mbps) and 1 <= args.link_mbps <= 1000):
+        raise UserError(f"--link-mbps {args.link_mbps:g}: allowed is 1..1000")
     if not args.fig9:
         check_tenants(counts, leafspine(args.levels))
     check_name(args.name)
@@ -154,11 +163,9 @@ def handle(args: argparse.Namespace) -> int:
                     print(f"  {j['job']:4} {j['model']:16} hosts {','.join(j['hosts']):20} C {e['compute_s']:.3f} s "
                           f"M {e['comm_s']:.3f} s slack {e['slack_s']:.3f} s (C:M {j['compute_to_comm']:.2f})")
         return 0
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {args.out}: cannot create it ({exc.strerror})") from None
+    from leveller.commands import output_dir
+
+    out = output_dir(args.out)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -204,9 +211,10 @@ def _run(args: argparse.Namespace, counts: list[int], policies: list[str], conso
 
         for n, r in units:
             if args.fig9:
-                rep = run_fig9(policies, settings, args.name, args.ref_gbps, lock, step, note)
+                rep = run_fig9(policies, settings, args.name, args.ref_gbps, lock, step, note, args.link_mbps)
             else:
-                rep = run_repeat(n, r, args.seed, policies, settings, args.name, args.ref_gbps, lock, step, note)
+                rep = run_repeat(n, r, args.seed, policies, settings, args.name, args.ref_gbps, lock, step, note,
+                                 args.link_mbps)
             repeats.append(rep)
             if not args.json:
                 console.print(f"{'fig9' if args.fig9 else f'{n} tenants, repeat {r + 1}'} ({rep.seconds:.0f} s): "
@@ -220,9 +228,11 @@ def _print_scaling(console: Any, args: argparse.Namespace) -> None:
 
     from leveller.demo.tenants import catalog, scale_model, time_scale
 
-    table = Table(title=f"job catalog (H200 profiles) on the emulated 100 Mbit/s links: a ring all-reduce at "
-                        f"{args.ref_gbps:g} Gbit/s per rank; times x{time_scale(args.ref_gbps):.2f}, then clamped to "
-                        "0.5-2 s per iteration", title_justify="left")
+    from leveller.demo.tenants import MAX_S, MIN_S
+
+    table = Table(title=f"job catalog (H200 profiles) on the emulated {args.link_mbps:g} Mbit/s links: a ring "
+                        f"all-reduce at {args.ref_gbps:g} Gbit/s per rank; times x{time_scale(args.ref_gbps):.2f}, "
+                        f"then clamped to {MIN_S:g}-{MAX_S:g} s per iteration", title_justify="left")
     table.add_column("model", no_wrap=True)
     for col in ("C real", "M real", "C:M", "scale", "C emu", "M emu", "slack emu"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -242,7 +252,8 @@ def _finish_tenants(args: argparse.Namespace, repeats: list[Any], out: Path) -> 
     doc = contract(repeats)
     details = {"results": doc, "comparisons": comparisons(doc),
                "settings": {"seed": args.seed, "repeats": args.repeats, "levels": args.levels,
-                            "duration_s": args.duration, "alone_s": args.alone, "ref_gbps": args.ref_gbps},
+                            "duration_s": args.duration, "alone_s": args.alone, "ref_gbps": args.ref_gbps,
+                            "link_mbps": args.link_mbps},
                "repeats": [{"tenants": r.tenants, "repeat": r.repeat, "seconds": round(r.seconds, 1),
                             "jobs": {t.name: t.to_dict() for t in r.jobs},
                             "ideal_s": {k: round(v, 4) for k, v in r.ideal.items()},
@@ -293,13 +304,13 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
                                  "min": round(run.min, 4), "avg": round(run.avg, 4)} for run in rep.runs},
            "window_s": round(min(run.window_s for run in rep.runs), 2),
            "jobs": {t.name: t.to_dict() for t in rep.jobs}, "ideal_s": {k: round(v, 4) for k, v in rep.ideal.items()},
-           "paper": PAPER_FIG9, "seconds": round(rep.seconds, 1)}
+           "paper": PAPER_FIG9, "seconds": round(rep.seconds, 1), "link_mbps": args.link_mbps}
     (out / "fig9.json").write_text(json.dumps(doc, indent=1))
     if args.plot:
         from leveller.demo.tenants_plot import plot_fig9
 
         plot_fig9(out / "fig9.png", rep.runs, {t.name: t.model.model for t in rep.jobs},
-                  f"three 2-host jobs on one 100 Mbit/s bottleneck, K=2, {args.duration:g} s")
+                  f"three 2-host jobs on one {args.link_mbps:g} Mbit/s bottleneck, K=2, {args.duration:g} s")
     if args.json:
         print(json.dumps(doc))
         return 0

@@ -21,7 +21,8 @@ from typing import Callable, Iterator, Sequence
 
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy
-from leveller.demo.tenants import PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
+from leveller.demo.tenants import (LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants,
+                                   leafspine)
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]
@@ -67,32 +68,31 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
 
 def run_repeat(tenants: int, repeat: int, seed: int, policies: Sequence[str], settings: LiveSettings,
                name: str, ref_gbps: float, lock: Path | None = None, step: Step = _quiet,
-               note: Note = _quiet) -> Repeat:
+               note: Note = _quiet, link_mbps: float = LINK_MBPS) -> Repeat:
     """One placement of ``tenants`` tenants under every policy (see the module doc)."""
-    topo = leafspine(settings.levels)
+    topo = leafspine(settings.levels, link_mbps)
     drawn = draw_tenants(tenants, topo, seed, repeat, ref_gbps)
     rep = Repeat(tenants, repeat, drawn)
-    link = min(link.rate_mbps for link in topo.links)
     with held(lock, note):
         started = time.monotonic()
         with DemoCluster(name, progress=note, topology=topo) as cluster:
-            rep.ideal, rep.runs = _runs(cluster, drawn, policies, settings, link,
+            rep.ideal, rep.runs = _runs(cluster, drawn, policies, settings, link_mbps,
                                         f"{tenants} tenants #{repeat + 1}", step)
         rep.seconds = time.monotonic() - started
     return rep
 
 
 def run_fig9(policies: Sequence[str], settings: LiveSettings, name: str, ref_gbps: float,
-             lock: Path | None = None, step: Step = _quiet, note: Note = _quiet) -> Repeat:
+             lock: Path | None = None, step: Step = _quiet, note: Note = _quiet,
+             link_mbps: float = LINK_MBPS) -> Repeat:
     """Three 2-host jobs on the dumbbell's one bottleneck, 2 levels, under every policy."""
-    topo = dumbbell()
+    topo = dumbbell(link_mbps)
     jobs = fig9_tenants(ref_gbps)
     rep = Repeat(3, 0, jobs)
-    link = min(link.rate_mbps for link in topo.links)
     with held(lock, note):
         started = time.monotonic()
         with DemoCluster(name, progress=note, topology=topo) as cluster:
             rep.ideal, rep.runs = _runs(cluster, jobs, policies, dataclasses.replace(settings, levels=topo.levels),
-                                        link, "fig9", step)
+                                        link_mbps, "fig9", step)
         rep.seconds = time.monotonic() - started
     return rep

@@ -205,3 +205,28 @@ def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
         yield tb, client
     finally:
         tb.down()
+
+
+def stop_gracefully(proc: "subprocess.Popen[bytes]", timeout_s: float = 90.0) -> None:
+    """SIGINT a long run that is still going (it tears down what it built), kill it if it does not end."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def argvs_mentioning(text: str) -> list[list[str]]:
+    """The command lines of the running processes that contain ``text``."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                argv = (p / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if text in " ".join(argv):
+                out.append(argv)
+    return out

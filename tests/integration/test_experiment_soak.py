@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from leveller.demo.soak import leftovers, role_of
-from tests.integration.support import wait_until
+from tests.integration.support import stop_gracefully, wait_until
 
 pytestmark = pytest.mark.privileged
 
@@ -87,13 +87,7 @@ def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
     finally:
-        if proc.poll() is None:  # the test failed early: still let the soak tear down, then kill it
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_gracefully(proc)  # the test failed early: still let the soak tear down, then kill it
     assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "soak.json").exists()  # no report for an interrupted run
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leveller.demo.soak import leftovers
-from tests.integration.support import wait_until
+from tests.integration.support import argvs_mentioning, stop_gracefully, wait_until
 
 pytestmark = pytest.mark.privileged
 
@@ -62,30 +62,13 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         work = f"/run/leveller/{name}.work"
-
-        def workers() -> int:
-            n = 0
-            for p in Path("/proc").iterdir():
-                if p.name.isdigit():
-                    try:
-                        argv = (p / "cmdline").read_bytes().decode(errors="replace")
-                    except OSError:
-                        continue
-                    n += "leveller.jobs.worker" in argv and work in argv
-            return n
-
-        wait_until(lambda: workers() >= 2, 120, lambda: f"a job to run: {out.read_text()[-2000:]}", step_s=0.2)
+        running = lambda: sum("leveller.jobs.worker" in a for a in argvs_mentioning(work))  # noqa: E731
+        wait_until(lambda: running() >= 2, 120, lambda: f"a job to run: {out.read_text()[-2000:]}", step_s=0.2)
         time.sleep(1)
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
     finally:
-        if proc.poll() is None:  # the test failed early: still let the run tear down, then kill it
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_gracefully(proc)  # the test failed early: still let the run tear down, then kill it
     assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "tenants.json").exists()  # no report for an interrupted run
