@@ -258,7 +258,8 @@ def _finish_tenants(args: argparse.Namespace, repeats: list[Any], out: Path) -> 
                             "jobs": {t.name: t.to_dict() for t in r.jobs},
                             "ideal_s": {k: round(v, 4) for k, v in r.ideal.items()},
                             "runs": {run.policy: {"rates": {k: round(v, 4) for k, v in run.rates.items()},
-                                                  "iterations": run.iterations, "window_s": round(run.window_s, 2)}
+                                                  "iterations": run.iterations, "window_s": round(run.window_s, 2),
+                                                  "top_job_changes": run.switches, "cassini_plans": run.plans}
                                      for run in r.runs}} for r in repeats],
                "seconds": round(sum(r.seconds for r in repeats), 1)}
     (out / "tenants.json").write_text(json.dumps(details, indent=1))
@@ -301,7 +302,8 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
     from leveller.demo.tenants import PAPER_FIG9
 
     doc = {"fig9": {run.policy: {"iterations": run.iterations, "rates": {k: round(v, 4) for k, v in run.rates.items()},
-                                 "min": round(run.min, 4), "avg": round(run.avg, 4)} for run in rep.runs},
+                                 "min": round(run.min, 4), "avg": round(run.avg, 4), "top_job_changes": run.switches,
+                                 "cassini_plans": run.plans} for run in rep.runs},
            "window_s": round(min(run.window_s for run in rep.runs), 2),
            "jobs": {t.name: t.to_dict() for t in rep.jobs}, "ideal_s": {k: round(v, 4) for k, v in rep.ideal.items()},
            "paper": PAPER_FIG9, "seconds": round(rep.seconds, 1), "link_mbps": args.link_mbps}

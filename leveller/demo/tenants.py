@@ -228,6 +228,8 @@ class PolicyRun:
     rates: dict[str, float]
     iterations: dict[str, int]
     window_s: float
+    switches: int = 0  # re-rankings that changed the controller's first job
+    plans: int = 0  # CASSINI plans the controller made (policy cassini)
 
     @property
     def min(self) -> float:

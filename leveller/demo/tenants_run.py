@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Sequence
 
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy
+from leveller.demo.measure import top_job_changes
 from leveller.demo.tenants import (LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants,
                                    leafspine)
 
@@ -60,9 +61,10 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
     for pol in policies:
         out = run_policy(cluster, pol, pol, jobs, ideal, dataclasses.replace(settings, overlap=pol == "leveller"),
                          lambda f, p=pol: step(f"{label}: {p}", f))
+        plans = [d["shifts"]["plan"] for d in out.decisions if d.get("shifts")]
         runs.append(PolicyRun(pol, {j.name: out.rates[j.name] for j in jobs},
                               {j.name: out.logs[j.name].iterations_by(out.t_end) for j in jobs},
-                              out.t_end - out.t_start))
+                              out.t_end - out.t_start, top_job_changes(out.decisions), max(plans, default=0)))
     return ideal, runs
 
 
