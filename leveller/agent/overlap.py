@@ -27,6 +27,16 @@ class OverlapWindows:
     def __init__(self) -> None:
         self.windows: dict[str, tuple[float, float]] = {}  # job -> (start, wait)
         self.rejected = 0  # comm lines with a bad field (skipped)
+        self._inside: frozenset[str] | None = None  # jobs inside their window at the last check
+
+    def changed(self, now: float) -> bool:
+        """True if the set of jobs inside their window differs from the last call's (O(jobs): the
+        caller rewrites the marks of all flows only then)."""
+        inside = frozenset(j for j, (start, wait) in self.windows.items() if start <= now < start + wait)
+        if inside == self._inside:
+            return False
+        self._inside = inside
+        return True
 
     def feed(self, lines: Iterable[str]) -> bool:
         """Read the comm lines among ``lines``; True if a job's window changed."""

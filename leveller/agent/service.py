@@ -137,7 +137,7 @@ class Agent:
                 assert self.rejected is not None
                 self.rejected("line", f"{long} line(s) of {tailer.path} longer than {tailer.max_line} bytes",
                               count=long)
-        if self.overlap is not None:
+        if self.overlap is not None and self.overlap.changed(self.clock()):
             with self._lock:
                 self._refresh_overlap()
         return advanced
