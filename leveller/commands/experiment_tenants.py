@@ -1,7 +1,7 @@
 """Tenants: the paper's testbed experiments (Figures 9 and 10) on the emulated cluster.
 
 Figure 10: N tenants (--tenants, default 2,3,4) share the `leafspine` testbed (3 leaves x 2
-spines, 4 hosts per leaf: the paper's 12 GPUs with a NIC each; 100 Mbit/s links). Per tenant count
+spines, 4 hosts per leaf: the paper's 12 GPUs with a NIC each; 25 Mbit/s links). Per tenant count
 and repeat, a seeded draw places every tenant on 2-4 hosts across at least two leaves (its ring
 all-reduce crosses the spines, where tenants meet) and gives it a model of the catalog derived
 from real H200 profiles (compute time, gradient bytes, overlap slack; the compute : communication
@@ -27,6 +27,7 @@ examples:
   leveller experiment tenants --repeats 3 --seed 1
   leveller experiment tenants --tenants 4 --policies crux,cassini,leveller --repeats 10 --json
   leveller experiment tenants --fig9 --duration 60
+  leveller experiment tenants --plan --tenants 4 --repeats 2     the draws, without running
 """
 
 from __future__ import annotations

@@ -37,9 +37,10 @@ def plot_fig10(path: Path, doc: Mapping[str, Mapping[str, Mapping[str, Sequence[
         ax.bar(xs, mins, width * 0.9, yerr=min_err, color=COLORS[pol], label=pol, capsize=2)
     ax.set_xticks(range(len(counts)), [f"{n} tenants" for n in counts])
     ax.set_ylabel("normalized progress rate R")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.25)
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, ncol=len(policies), loc="upper right", title="min (solid), avg (pale)",
+    ax.legend(fontsize=8, ncol=len(policies), loc="upper center", title="min (solid), avg (pale)",
               title_fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
