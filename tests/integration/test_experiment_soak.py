@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.soak import leftovers, role_of
-from tests.integration.support import stop_gracefully, wait_until
+from leveller.demo.soak import role_of
+from tests.integration.support import demo_leftovers, stop_gracefully, wait_until
 
 pytestmark = pytest.mark.privileged
 
@@ -24,11 +24,6 @@ SERVICES = {"controller", "sdn", "agent-h1", "agent-h2", "agent-h3", "agent-h4"}
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "leveller.cli", "experiment", "soak", *args]
-
-
-def _nothing_left(name: str) -> dict[str, list[str]]:
-    run_dir = Path("/run/leveller") / name
-    return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])
 
 
 def test_short_soak_reports_every_service_and_leaves_nothing(tmp_path: Path) -> None:
@@ -52,7 +47,7 @@ def test_short_soak_reports_every_service_and_leaves_nothing(tmp_path: Path) -> 
     # the live system really worked: jobs iterated under the controller's re-ranking
     assert all(j["iterations"] >= 15 for j in doc["jobs"].values()) and doc["decisions"] >= 100
     assert doc["cleanup"] == {"clean": True, "namespaces": [], "processes": [], "files": []}
-    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
     saved = json.loads((tmp_path / "soak.json").read_text())
     assert set(saved["series"]) == SERVICES and len(saved["series"]["controller"]) == doc["processes"]["controller"]["samples"]
     # a series per service, in the colour cycle's order (lines of equal values overlap: the legend's
@@ -88,7 +83,7 @@ def test_ctrl_c_mid_run_tears_everything_down(tmp_path: Path) -> None:
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
     finally:
         stop_gracefully(proc)  # the test failed early: still let the soak tear down, then kill it
-    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "soak.json").exists()  # no report for an interrupted run
 
 

@@ -15,19 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.soak import leftovers
-from tests.integration.support import argvs_mentioning, stop_gracefully, wait_until
+from tests.integration.support import argvs_mentioning, demo_leftovers, stop_gracefully, wait_until
 
 pytestmark = pytest.mark.privileged
 
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "leveller.cli", "experiment", "tenants", *args]
-
-
-def _nothing_left(name: str) -> dict[str, list[str]]:
-    run_dir = Path("/run/leveller") / name
-    return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])
 
 
 def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> None:
@@ -50,7 +44,7 @@ def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> Non
     assert set(rep["jobs"]) == {"t1", "t2"} and all(0.3 < v < 3.0 for v in rep["ideal_s"].values())
     assert all(min(r["iterations"].values()) >= 3 for r in rep["runs"].values())
     assert (tmp_path / "tenants.png").read_bytes()[:4] == b"\x89PNG"
-    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
 
 
 def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
@@ -70,5 +64,5 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
         assert proc.wait(timeout=90) == 130, out.read_text()[-2000:]
     finally:
         stop_gracefully(proc)  # the test failed early: still let the run tear down, then kill it
-    assert _nothing_left(name) == {"namespaces": [], "processes": [], "files": []}
+    assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
     assert not (tmp_path / "tenants.json").exists()  # no report for an interrupted run
