@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import leveller.rpc.schema as schema
 from leveller.core.paths import flow_key
 from leveller.rpc.codec import SchemaError, decode, encode
-from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, encode_reply,
+from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report, encode_reply,
                                  reply_from_wire, reply_to_wire, report_from_wire, report_to_wire)
 
 KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
@@ -201,12 +201,15 @@ def test_many_plain_flows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) ->
                                     st.integers(0, 255)), st.integers(0, 65535),
                           st.sampled_from([6, 17]), st.sampled_from(["j1", "a.b:c-d_9", "J"]), st.integers(0, 7)),
                 max_size=20),
-       st.integers(0, 2**63 - 1), st.floats(0.001, 86400), st.floats(0, 1e6))
-def test_encode_reply_is_byte_for_byte_the_codec(flows, epoch, lease, age) -> None:  # type: ignore[no-untyped-def]
+       st.integers(0, 2**63 - 1), st.floats(0.001, 86400), st.floats(0, 1e6),
+       st.lists(st.builds(JobShift, st.sampled_from(["j1", "a.b:c-d_9", "J"]), st.integers(0, 2**63 - 1),
+                          st.floats(0, 10), st.floats(10.001, 86400)), max_size=3, unique_by=lambda s: s.job))
+def test_encode_reply_is_byte_for_byte_the_codec(  # type: ignore[no-untyped-def]
+        flows, epoch, lease, age, shifts) -> None:
     levels = tuple(FlowLevel(flow_key("10.0.0.1", dst, port, 4791, proto), job, lvl)
                    for dst, port, proto, job, lvl in flows)
-    reply = LevelsReply(epoch, lease, (0, 8, 16, 24, 32, 40, 10, 18), levels, age)
-    assert encode_reply(reply) == encode(reply_to_wire(reply))
+    reply = LevelsReply(epoch, lease, (0, 8, 16, 24, 32, 40, 10, 18), levels, age, tuple(shifts))
+    assert encode_reply(reply) == encode(reply_to_wire(reply))  # CASSINI's shift orders too
 
 
 def test_codec_names_a_duplicate_key_at_any_depth() -> None:
