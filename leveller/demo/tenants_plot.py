@@ -70,7 +70,7 @@ def plot_fig9(path: Path, runs: Sequence[PolicyRun], jobs: Mapping[str, Any], ti
     ax.set_ylabel("iterations in the common window")
     ax.set_ylim(0, max(max(r.iterations.values()) for r in runs) * 1.2)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(names))  # below: bars stay visible
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
