@@ -15,7 +15,8 @@ LOG_EVERY_S = 10.0  # per field: the first rejection is logged at once, then one
 
 
 class AgentMetrics:
-    """Counters for reports, lease expiries and skipped input; the lease left as a gauge."""
+    """Counters for reports, lease expiries, failovers and skipped input; the lease left and the active
+    controller as gauges."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -27,6 +28,10 @@ class AgentMetrics:
                                     registry=r)
         self.lease_expiries = PromCounter("leveller_agent_lease_expiries", "times every mark was removed because "
                                           "no fresh decision arrived within the lease", registry=r)
+        self.controller = Gauge("leveller_agent_controller", "1 for the controller the agent reports to (its "
+                                "address), 0 for one it left", ["address"], registry=r)
+        self.failovers = PromCounter("leveller_agent_failovers", "moves to another controller after the active one "
+                                     "failed to answer", registry=r)
         self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
                                 "(0: none)", registry=r)
 

@@ -16,13 +16,24 @@ Two local extras: with ``overlap`` (leveller.agent.overlap) the agent demotes a 
 flows to the lowest level while the job's announced communication can wait, and
 restores the controller's level after (within the same lease: a demotion never
 extends it); with ``shift_files`` (leveller.agent.shifts) the CASSINI shift orders of
-a reply go to the jobs. Dependencies are injected as Protocols: the eBPF datapath
+a reply go to the jobs.
+
+With several controllers (leveller.rpc.failover), a report may be answered by
+another controller than the one behind the current levels. Its first decisions
+were made before it had this host's reports, so they say nothing about our
+flows: the levels in hand are kept (under their own lease, which keeps running)
+until that controller answers with a decision made after it first answered us.
+No flow loses its level when the agents move to a standby, and none keeps one
+longer than the lease of the decision that set it.
+
+Dependencies are injected as Protocols: the eBPF datapath
 (enforce_bpf), the RPC client (leveller.rpc.transport) and the clocks, so the
 same loop runs against fakes in tests and the kernel live.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +47,8 @@ from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_rep
 from leveller.core.paths import FlowKey
 from leveller.rpc.schema import JobShift, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
+
+LOG = logging.getLogger("leveller.agent")
 
 
 class Enforcer(Protocol):
@@ -84,6 +97,8 @@ class StepResult:
     cleared: bool = False  # the lease ran out this step: all rewrites removed
     stale: bool = False  # the controller answered with a decision older than its lease
     t: float = 0.0  # wall-clock time the report was built (its flow counters were read)
+    controller: str | None = None  # the address that answered (a FailoverClient's active controller)
+    waiting: bool = False  # a controller new to us answered with a decision made before it knew us: levels kept
 
 
 @dataclass
@@ -113,6 +128,10 @@ class Agent:
     _pushed_epoch: int = -1
     _closed: bool = False
     _long_lines: dict[int, int] = field(default_factory=dict, repr=False)
+    # Failover: the controller whose replies we take, and when its first answer to us arrived (monotonic)
+    _source: str | None = None
+    _source_since: float = 0.0
+    _held_from: str | None = None  # the controller whose decision set the levels in hand
 
     def __post_init__(self) -> None:
         if self.rejected is None:
@@ -180,21 +199,25 @@ class Agent:
             with self._lock:
                 cleared = self._expire_if_due()
             self._count("failed")
-            return StepResult(report, False, str(exc), cleared=cleared, t=built_at)
+            return StepResult(report, False, str(exc), cleared=cleared, t=built_at, controller=self._source)
+        source = getattr(self.client, "active", None)
         with self._lock:
+            self._follow(source)
             # a newer decision pushed while this report was in flight wins over this reply
             if (self._pushes != pushes and self._pushed_epoch > reply.epoch) or self._closed:
-                stale, cleared = False, False
+                stale, cleared, waiting = False, False, False
             else:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
-                stale, cleared = self._take(reply, sent)
+                stale, cleared, waiting = self._take(reply, sent)
             marks = dict(self.marks)
         self.last_error = None
         self._count("stale" if stale else "ok")
-        return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at)
+        return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at, controller=source,
+                          waiting=waiting)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
-        """Apply levels the controller pushed (a new decision) without waiting for the next step."""
+        """Apply levels the controller pushed (a new decision) without waiting for the next step.
+        The pusher delivers only replies of the active controller (leveller.rpc.push.LevelsWatcher)."""
         received = self.monotonic()  # a push leaves as soon as the decision exists: its arrival time
         with self._lock:
             if self._closed:
@@ -203,26 +226,49 @@ class Agent:
             self._pushes += 1
             self._pushed_epoch = reply.epoch
 
-    def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool]:
+    def _follow(self, source: str | None) -> None:
+        """Note the controller that answered; a new one starts its own epochs and must first learn our
+        flows (see the module docstring). Caller holds the lock."""
+        if source == self._source:
+            return
+        previous, self._source = self._source, source
+        self._source_since = self.monotonic()  # its first answer is here: later decisions can know us
+        self._pushed_epoch = -1  # epochs of different controllers are not comparable
+        if self.metrics is not None:
+            if previous is not None:
+                self.metrics.failovers.inc()
+                self.metrics.controller.labels(previous).set(0)
+            if source is not None:
+                self.metrics.controller.labels(source).set(1)
+        if previous is not None:
+            LOG.warning("now reporting to controller %s (%s stopped answering)", source, previous)
+
+    def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool, bool]:
         """Apply ``reply`` if its decision is still within the lease, else drop every mark. ``reference``
         is a monotonic time not later than when the reply left the controller (a report: when the request
         left; a push, sent once the decision exists: its arrival, late by the network delay only).
-        Returns (stale, cleared). Caller holds the lock."""
+        A decision made before the answering controller first answered us is not applied while we
+        hold levels of another one (they run out with their own lease).
+        Returns (stale, cleared, waiting). Caller holds the lock."""
         now = self.monotonic()
-        valid_for = reference - reply.decision_age_s + reply.lease_s - now
+        decided = reference - reply.decision_age_s
+        valid_for = decided + reply.lease_s - now
         if valid_for <= 0:
-            return True, self._drop()
+            return True, self._drop(), False
+        expired = self._expire_if_due()  # levels in hand whose lease ran out are cleared as such
+        if self._held_from != self._source and decided < self._source_since and self.lease.valid(now):
+            return False, False, True
         self.assigned = {f.key: (f.job, f.level) for f in reply.flows}
         self.dscp_by_level = reply.dscp_by_level
         marks = self._effective()
         self.enforcer.apply(marks, valid_for)
-        self.marks = marks
+        self.marks, self._held_from = marks, self._source
         self.lease.renew(now, valid_for)
         if self.metrics is not None:
             self.metrics.lease_left.set(valid_for)
         if reply.shifts and self.shift_files is not None:
             self.shift_files.deliver(reply.shifts, self.clock())
-        return False, False
+        return False, expired, False
 
     def _expire_if_due(self) -> bool:
         """Drop every mark if the lease ran out; True if that happened now. Caller holds the lock."""
