@@ -26,9 +26,20 @@ go on. Logs are followed from their end (after reading their first and last
 64 KiB: where jobs log their start and their latest count); --from-start reads
 the whole backlog, 1 MiB per poll.
 
+Several controllers (--controller a:port,b:port, same secret and settings):
+the agent reports to the first that answers and stays with it; when it stops
+answering (no connection, or no answer within --timeout), the same report goes
+to the next one, cycling through the list. The levels in hand are kept while
+the new controller learns this host's flows (at most until their lease ends).
+The active controller is named in the --json lines ("controller") and in the
+metric leveller_agent_controller{address=...}; leveller_agent_failovers_total
+counts the moves.
+
 examples:
   leveller agent --controller 10.0.0.254:50051 --host h1 --log /tmp/j1.log \\
       --job-ports j1=47000-47001 --dev h1-eth0 --netns h1
+  leveller agent --controller 10.0.0.250:50051,10.0.0.251:50051 --timeout 0.5 \\
+      --log /tmp/j1.log --job-ports j1=47000-47001 --dev eth0 --json
   leveller agent --controller 127.0.0.1:50051 --log gpt=/var/log/train.log \\
       --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2 --metrics-port 9110
   leveller agent --controller 127.0.0.1:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
@@ -53,7 +64,11 @@ from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="controller gRPC address")
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+                        help="controller gRPC address; several, comma-separated, for failover (see above)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="seconds to wait for a controller's answer (default 5 with one controller, "
+                        "1 with several: then a controller that does not answer in time is left for the next)")
     parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
     parser.add_argument("--host", default=socket.gethostname(), help="this host's name in reports")
     parser.add_argument("--log", action="append", default=[], metavar="[JOB=]PATH",
@@ -182,17 +197,20 @@ def run(args: argparse.Namespace) -> int:
     from leveller.agent.reports import Classifier, parse_cgroup_rule, parse_port_rule
     from leveller.agent.service import Agent, StepResult
     from leveller.rpc.auth import load_secret
+    from leveller.rpc.failover import FailoverClient, parse_addresses
     from leveller.rpc.push import LevelsWatcher
     from leveller.rpc.schema import flow_label
-    from leveller.rpc.transport import ControllerClient
 
     check_names(args)
+    controllers = parse_addresses(args.controller)
     if not args.log:
         raise UserError("--log: give at least one job log to follow")
     if not args.interval > 0:
         raise UserError(f"--interval {args.interval}: must be > 0 seconds")
     if not 0 <= args.poll < 60:
         raise UserError(f"--poll {args.poll}: must be in [0, 60) seconds (0 = off)")
+    if args.timeout is not None and not 0 < args.timeout <= 60:
+        raise UserError(f"--timeout {args.timeout}: must be in (0, 60] seconds")
     if not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be a TCP port 0..65535 (0 = off)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -218,8 +236,9 @@ def run(args: argparse.Namespace) -> int:
 
     def on_step(r: StepResult) -> None:
         if args.json:
-            print(json.dumps({"t": round(r.t, 4), "ok": r.ok, "error": r.error, "cleared": r.cleared,
-                              "stale": r.stale, "jobs": {j.job: j.iterations for j in r.report.jobs},
+            print(json.dumps({"t": round(r.t, 4), "controller": r.controller, "ok": r.ok, "error": r.error,
+                              "cleared": r.cleared, "stale": r.stale, "waiting": r.waiting,
+                              "jobs": {j.job: j.iterations for j in r.report.jobs},
                               "rejected": dict(rejected.counts),
                               "marks": {flow_label(k): v for k, v in (r.marks or {}).items()},
                               "bytes": _bytes_by_job(r.report.flows, flow_label)}), flush=True)
@@ -239,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
     try:
-        with ControllerClient(args.controller, secret) as client, _datapath(args.dev, args.netns) as (flows, enf):
+        with FailoverClient(controllers, secret, args.timeout) as client, \
+                _datapath(args.dev, args.netns) as (flows, enf):
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)
@@ -249,8 +269,9 @@ def run(args: argparse.Namespace) -> int:
             timer = threading.Timer(args.duration, stop.set) if args.duration else None
             if timer:
                 timer.start()
+            # the watcher follows the controller the reports go to
             watcher = None if args.no_push else LevelsWatcher(
-                args.controller, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs)
+                lambda: client.active, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs)
             try:
                 if watcher:
                     watcher.start()

@@ -1,7 +1,11 @@
 """Show jobs (iterations, ideal time, R), agents and flows (level, path) of a running controller.
 
+With several controllers (a failover pair, as given to the agents), the first
+that answers is shown and named.
+
 examples:
   leveller status --controller 127.0.0.1:50051
+  leveller status --controller 10.0.0.250:50051,10.0.0.251:50051
   leveller status --controller 127.0.0.1:50051 --json | jq '.jobs'
 """
 
@@ -15,7 +19,8 @@ from leveller.errors import UserError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--controller", default="127.0.0.1:50051", metavar="HOST:PORT")
+    parser.add_argument("--controller", default="127.0.0.1:50051", metavar="HOST:PORT[,HOST:PORT...]",
+                        help="controller address; several, comma-separated: the first that answers")
     parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
     parser.add_argument("--json", action="store_true", help="print the controller's status object")
     parser.set_defaults(func=run)
@@ -30,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from leveller.rpc.auth import load_secret
-    from leveller.rpc.transport import ControllerClient, RpcFailure
+    from leveller.rpc.failover import FailoverClient, parse_addresses
+    from leveller.rpc.transport import RpcFailure
 
+    addresses = parse_addresses(args.controller)
     secret = load_secret(args.secret_file)
     try:
-        with ControllerClient(args.controller, secret) as client:
+        with FailoverClient(addresses, secret) as client:
             status = client.status()
     except RpcFailure as exc:
         raise UserError(f"--controller {args.controller}: {exc}") from None
@@ -44,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     age = status.get("decision_age_s")
     stale = age is not None and age >= status["lease_s"]
-    console.print(f"policy {status['policy']}, K={status['levels']}, tau={status['tau_s']} s, "
+    console.print(f"controller {status['controller']}: policy {status['policy']}, K={status['levels']}, tau={status['tau_s']} s, "
                   f"epoch {status['epoch']}"
                   + ("" if age is None else f", decided {age:.1f} s ago" + (
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"

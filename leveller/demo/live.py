@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
@@ -166,9 +166,11 @@ def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, ti
 
 
 def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
-               settings: LiveSettings, tick: Tick = _noop) -> RunOutput:
+               settings: LiveSettings, tick: Tick = _noop,
+               background: Callable[[], ContextManager[Any]] | None = None) -> RunOutput:
     """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.
-    The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``."""
+    The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``.
+    ``background()`` is entered just before the jobs start and left after they end."""
     work = cluster.work_dir / tag
     work.mkdir(parents=True, exist_ok=True)
     secret = cluster.work_dir / "secret"
@@ -204,6 +206,8 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
             agents.append(stack.enter_context(_process(argv, out, cluster.work_dir)))
             outs.append(out)
         _wait_for("agents", lambda: all(o.exists() and o.stat().st_size > 0 for o in outs), agents, outs)
+        if background is not None:
+            stack.enter_context(background())
         job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.seconds, tick, shift_dir=work)
     decisions = []
     for line in ctl_out.read_text().splitlines():

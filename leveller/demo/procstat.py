@@ -22,6 +22,15 @@ class ProcSample:
     cpu_s: float
 
 
+def cmdline(pid: int, proc: Path = Path("/proc")) -> list[str]:
+    """A process's argv ([] if it is gone, or a zombie)."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else []
+
+
 def read_proc(pid: int, t: float, proc: Path = Path("/proc")) -> ProcSample | None:
     """The process's current RSS (VmRSS), fd count and user+system CPU time; None if it is gone
     (or a zombie: its memory and files are already released)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from leveller.demo.cluster import PIDS_FILE, DemoCluster
 from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.procstat import ProcSample, read_proc
+from leveller.demo.procstat import ProcSample, cmdline, read_proc
 from leveller.demo.scenario import LEVELS, plan
 from leveller.demo.soak_report import process_growth, run_verdict
 
@@ -34,13 +34,6 @@ Note = Callable[[str], None]
 
 def _quiet(_: Any) -> None:
     return None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
 
 
 def role_of(argv: list[str]) -> str | None:
@@ -76,7 +69,7 @@ class Sampler:
             except ValueError:
                 pass  # being rewritten this instant: next time
         for pid in found:
-            role = role_of(_cmdline(pid)) if pid else None
+            role = role_of(cmdline(pid)) if pid else None
             if role is not None and self.pids.get(role) != pid:
                 self.pids[role] = pid
                 self.series.setdefault(role, [])
@@ -104,7 +97,7 @@ def leftovers(name: str, markers: list[Path]) -> dict[str, list[str]]:
     procs = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
-            line = " ".join(_cmdline(int(entry.name)))
+            line = " ".join(cmdline(int(entry.name)))
             if any(str(m) in line for m in markers) and read_proc(int(entry.name), 0.0) is not None:
                 procs.append(f"{entry.name}: {line.strip()[:160]}")
     return {"namespaces": namespaces, "processes": procs, "files": [str(m) for m in markers if m.exists()]}

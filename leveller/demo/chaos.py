@@ -1,0 +1,260 @@
+"""Chaos: the leveller pair on the live cluster while its parts are killed and restarted on a schedule.
+
+The demo's orchestration runs unchanged (leveller.demo.cluster + leveller.demo.live):
+one switch with OVS driven by the SDN app, a controller, an agent with its eBPF
+marker on every host of a job, and the paper's pair (C:M = 1:1 from h1, 1:2 from
+h2, both to h4) under `leveller`. First an undisturbed run (the baseline), then
+the same run while a FaultDriver, entered as the run's background, kills parts
+with SIGKILL and starts them again: ovs-vswitchd (restarted on its database:
+bridges, ports and queues are kept, the SDN app reinstalls the rules), the SDN
+app (on its API port), the controller and one agent (with the command line and
+output file they had). A capture on h4's eth0 records the DSCP of every job
+packet (leveller.demo.wire); the controller's decisions and the jobs' iteration
+logs come from the run. leveller.demo.chaos_check turns them into recovery times
+and stale-mark violations. Afterwards the cluster is torn down and checked for
+leftovers: namespaces, processes naming the run's directories (OVS, SDN app,
+controller, agents, job workers), the directories under /run/leveller, and BPF
+programs of the agents' marker still loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from leveller.demo.chaos_check import Fault, Struck, parse_schedule, recovery, stale_marks
+from leveller.demo.cluster import PIDS_FILE, DemoCluster, record_pid
+from leveller.demo.live import LiveSettings, run_policy
+from leveller.demo.procstat import cmdline
+from leveller.demo.scenario import LEVELS, RECEIVER, plan
+from leveller.demo.soak import leftovers, role_of
+from leveller.testbed.ovs import pid_alive, stop_pid
+
+EXAMPLE, POLICY = "pair", "leveller"
+Note = Callable[[str], None]
+Progress = Callable[[float], None]
+
+
+def _quiet(_: Any) -> None:
+    return None
+
+
+def marker_programs() -> set[int]:
+    """Ids of loaded BPF programs of the agents' marker (bpftool), to spot any a run leaves behind."""
+    from leveller.agent.datapath import PROGRAM_NAME
+
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"bpftool prog show failed: {out.stderr.strip()}")
+    # bpftool cuts names to the kernel's 15 characters
+    return {int(p["id"]) for p in json.loads(out.stdout or "[]") if p.get("name") == PROGRAM_NAME[:15]}
+
+
+@dataclass
+class FaultDriver:
+    """Context manager: from entry, kill each fault's target at its time and restart it ``down_s`` later
+    (a thread); ``struck`` records when. On exit a target still down is started again and every
+    process it started is stopped (SIGINT, then SIGKILL)."""
+
+    cluster: DemoCluster
+    faults: list[Fault]
+    note: Note = _quiet
+    struck: list[Struck] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    t0: float = 0.0
+    _started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _down: tuple[Fault, float, Any] | None = None  # the fault in progress: (fault, killed at, restart)
+
+    def __enter__(self) -> "FaultDriver":
+        self.t0 = time.time()
+        self._thread = threading.Thread(target=self._loop, name="chaos-faults", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._down is not None:  # the run ended while a part was down: bring it back for the teardown
+            fault, killed, restart = self._down
+            restart()
+            self.struck.append(Struck(fault, killed, time.time()))
+        for proc in self._started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def _loop(self) -> None:
+        for fault in self.faults:
+            if self._stop.wait(max(0.0, self.t0 + fault.at_s - time.time())):
+                return
+            try:
+                restart = self._kill(fault)
+            except Exception as exc:  # recorded in the report; the run goes on
+                self.errors.append(f"{fault.label}: kill failed: {type(exc).__name__}: {exc}")
+                continue
+            killed = time.time()
+            self._down = (fault, killed, restart)
+            self.note(f"killed {fault.label}; back in {fault.down_s:g} s")
+            if self._stop.wait(fault.down_s):
+                return  # __exit__ restarts it
+            try:
+                restart()
+            except Exception as exc:
+                self.errors.append(f"{fault.label}: restart failed: {type(exc).__name__}: {exc}")
+            self._down = None
+            self.struck.append(Struck(fault, killed, time.time()))
+            self.note(f"restarted {fault.label}")
+
+    # ---- one target each: kill it now, return how to start it again --------------------------------
+    def _kill(self, fault: Fault) -> Callable[[], None]:
+        tb = self.cluster.testbed
+        if fault.target == "ovs":
+            ovs = tb.ovs
+            _sigkill(ovs.pid("ovs-vswitchd"), str(ovs.rundir))
+            return ovs.start_vswitchd
+        if fault.target == "sdn":
+            api = json.loads((tb.run_dir / "sdn.json").read_text())["api"]
+            _sigkill(tb.state.sdn_pid, str(tb.run_dir))
+            port = int(api.rsplit(":", 1)[1])
+
+            def start_sdn() -> None:
+                tb.start_sdn(api_port=port)  # the same API port: the controller's client still finds it
+            return start_sdn
+        role = "controller" if fault.target == "controller" else f"agent-{fault.host}"
+        pid = self._service_pid(role)
+        argv = cmdline(pid)
+        out = os.readlink(f"/proc/{pid}/fd/1")
+        _sigkill(pid, str(self.cluster.work_dir))
+        return lambda: self._start(argv, out)
+
+    def _service_pid(self, role: str) -> int:
+        """The running process of a service of the run (recorded in the demo's pid file)."""
+        pids = json.loads((self.cluster.work_dir / PIDS_FILE).read_text())
+        for pid in reversed(pids):
+            if role_of(cmdline(pid)) == role and pid_alive(pid, str(self.cluster.work_dir)):
+                return int(pid)
+        raise RuntimeError(f"no running {role} process of this run")
+
+    def _start(self, argv: list[str], out: str) -> None:
+        with open(out, "ab") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        record_pid(self.cluster.work_dir, proc.pid)
+        self._started.append(proc)
+
+
+def _sigkill(pid: int | None, marker: str) -> None:
+    """SIGKILL a process of ours (``marker`` in its command line) and wait until it is gone."""
+    if pid is None or not pid_alive(pid, marker):
+        raise RuntimeError(f"process {pid} is not running")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while pid_alive(pid, marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop_pid(pid, marker, grace=0.1)  # (no-op once gone)
+
+
+def _r_summary(rates: dict[str, float]) -> dict[str, Any]:
+    return {"rates": {j: round(r, 4) for j, r in rates.items()}, "min": round(min(rates.values()), 4)}
+
+
+def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: bool = True,
+              run_dir: Path | None = None, progress: Progress = _quiet, note: Note = _quiet) -> dict[str, Any]:
+    """Baseline run (unless ``baseline`` is False), then the chaos run; returns the report."""
+    from leveller.demo.wire import DscpSegments
+
+    jobs = plan(EXAMPLE)
+    hosts = sorted({j.sender for j in jobs} | {RECEIVER})
+    faults = parse_schedule(schedule, duration_s, hosts, jobs[0].sender)
+    settings = LiveSettings(seconds=duration_s)
+    # R is compared between two runs of the same jobs: ideal times from the model, no profiling run
+    ideal = {j.name: j.compute_s(settings.unit_s) + j.comm_s(settings.unit_s) for j in jobs}
+    live = [j.live(settings.unit_s) for j in jobs]
+    cluster = DemoCluster(name, run_dir, progress=note)
+    markers = [cluster.run_dir, cluster.work_dir, cluster.run_dir.parent / f"{cluster.run_dir.name}.demo-lock"]
+    programs_before = marker_programs()
+    runs = 2 if baseline else 1
+    report: dict[str, Any] = {}
+    with cluster:
+        base = None
+        if baseline:
+            note("undisturbed run")
+            base = run_policy(cluster, "baseline", POLICY, live, ideal, settings, lambda f: progress(f / runs))
+        ports = (min(j.port for j in jobs), max(j.port for j in jobs) + 1)
+        wire = DscpSegments(cluster.netns(RECEIVER), "eth0", cluster.ip(RECEIVER), ports,
+                            {cluster.ip(h): h for h in hosts})
+        driver = FaultDriver(cluster, faults, note)
+
+        @contextlib.contextmanager
+        def disturb() -> Iterator[None]:
+            with wire, driver:
+                yield
+
+        note("run under faults")
+        out = run_policy(cluster, "chaos", POLICY, live, ideal, settings,
+                         lambda f: progress((runs - 1 + f) / runs), background=disturb)
+        segments = wire.segments()
+        note("tearing down")
+    left = leftovers(cluster.name, markers)
+    left_programs = sorted(marker_programs() - programs_before)
+    decisions = [float(d["t"]) for d in out.decisions if "t" in d and not d.get("error")]
+    ends = {j.name: sorted(out.logs[j.name].ends.values()) for j in jobs}
+    t0 = out.t_start
+    faults_out = []
+    for i, k in enumerate(driver.struck):
+        until = driver.struck[i + 1].killed if i + 1 < len(driver.struck) else out.t_end
+        faults_out.append({"fault": k.fault.label, "at_s": round(k.killed - t0, 2),
+                           "down_s": round(k.restarted - k.killed, 2),
+                           **recovery(k, until, decisions, ends, segments)})
+    stale = stale_marks(segments, decisions, driver.struck, settings.lease_s)
+    chaos = _r_summary(out.rates)
+    report = {
+        "duration_s": duration_s, "schedule": schedule,
+        "baseline": _r_summary(base.rates) if base else None,
+        "chaos": chaos,
+        "min_r_ratio": round(chaos["min"] / _r_summary(base.rates)["min"], 4) if base else None,
+        "faults": faults_out,
+        "fault_errors": driver.errors,
+        "stale_marks": [{**v, "t": round(float(v["t"]) - t0, 3)} for v in stale],  # type: ignore[arg-type]
+        "packets": wire.packets,
+        "marked_packets_seen": any(s.dscp != 0 for s in segments),
+        "decisions": len(decisions),
+        "qp": {"checked": False, "why": "the pair's jobs use TCP: no RDMA queue pair and no shim in this run"},
+        "cleanup": {"clean": not any(left.values()) and not left_programs, **left, "bpf_programs": left_programs},
+        "settings": {"example": EXAMPLE, "policy": POLICY, "levels": LEVELS, "tau_s": settings.tau_s,
+                     "lease_s": settings.lease_s, "unit_s": settings.unit_s},
+    }
+    report["verdict"] = verdict(report)
+    return report
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """"ok", or what went wrong: faults not recovered, stale marks, driver errors, leftovers."""
+    problems = []
+    lost = [f["fault"] for f in report["faults"] if f["recovered_s"] is None]
+    if lost:
+        problems.append(f"not recovered after {', '.join(lost)}")
+    if report["stale_marks"]:
+        problems.append(f"{len(report['stale_marks'])} stale mark(s)")
+    if report["fault_errors"]:
+        problems.append(f"{len(report['fault_errors'])} fault(s) not injected")
+    if not report["marked_packets_seen"]:
+        problems.append("no marked packet seen (the capture or the marker did not work)")
+    if not report["cleanup"]["clean"]:
+        problems.append("teardown left something")
+    return "ok" if not problems else "; ".join(problems)

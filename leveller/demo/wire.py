@@ -1,0 +1,96 @@
+"""DSCP on the wire over a whole run: runs of packets with one DSCP, per sending host.
+
+An AF_PACKET socket on a host's interface (inside its namespace) sees every TCP
+packet arriving there; the ones sent to that host with a destination port in
+the jobs' range are kept as segments: consecutive packets from one source with
+one DSCP, from the first packet's kernel time stamp to the last one's. Every
+mark a sender's datapath wrote shows up here, and so does every packet that
+went out unmarked, which is what the chaos experiment's stale-mark check needs
+(leveller.demo.chaos_check): a DSCP change alone would hide a mark that carries
+on after a silence.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from typing import Mapping
+
+from leveller.demo.chaos_check import Segment
+
+ETH_P_IP = 0x0800
+SO_TIMESTAMPNS = 35
+IPPROTO_TCP = 6
+
+
+class DscpSegments:
+    """Capture on ``ifname`` in ``ns``: packets to ``dst`` whose TCP destination port is in [low, high],
+    by source address (named through ``hosts``: address -> host). ``with`` starts and stops it."""
+
+    def __init__(self, ns: str, ifname: str, dst: str, ports: tuple[int, int], hosts: Mapping[str, str]) -> None:
+        from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+
+        self.dst, self.low, self.high = socket.inet_aton(dst), ports[0], ports[1]
+        self.names = {socket.inet_aton(ip): name for ip, name in hosts.items()}
+        self.sock = VethPair.socket(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+        self.sock.bind((ifname, ETH_P_IP))
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.settimeout(0.2)
+        self.packets = 0
+        self._open: dict[bytes, list[float | int]] = {}  # source -> [dscp, start, end] of its current run
+        self._done: list[Segment] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dscp-segments", daemon=True)
+
+    def __enter__(self) -> "DscpSegments":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, anc, _, _ = self.sock.recvmsg(64, socket.CMSG_SPACE(16))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if len(data) < 38 or data[23] != IPPROTO_TCP or data[30:34] != self.dst:
+                continue
+            ihl = (data[14] & 0x0F) * 4
+            if len(data) < 14 + ihl + 4:
+                continue
+            dport = struct.unpack_from("!H", data, 14 + ihl + 2)[0]
+            src = data[26:30]
+            if not self.low <= dport <= self.high or src not in self.names:
+                continue
+            stamp = time.time()
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", value[:16])
+                    stamp = sec + nsec * 1e-9
+            dscp = data[15] >> 2
+            with self._lock:
+                self.packets += 1
+                run = self._open.get(src)
+                if run is not None and run[0] == dscp:
+                    run[2] = stamp
+                    continue
+                if run is not None:
+                    self._done.append(Segment(self.names[src], int(run[0]), float(run[1]), float(run[2])))
+                self._open[src] = [dscp, stamp, stamp]
+
+    def segments(self) -> list[Segment]:
+        """Every run so far (the open ones up to their latest packet), by start time."""
+        with self._lock:
+            out = self._done + [Segment(self.names[src], int(r[0]), float(r[1]), float(r[2]))
+                                for src, r in self._open.items()]
+        return sorted(out, key=lambda s: s.start)
