@@ -6,6 +6,9 @@ leveller.core.profiling while the job holds the unique top priority). One job
 is profiled at a time, the earliest seen first; with a re-profiling interval,
 windows reopen at semi-stochastic times (core.profiling.next_reprofile_time).
 Reports are checked before anything is stored (a refused report changes nothing).
+Apart from ideal times measured here, what the decision uses is a function of the
+live agents' latest reports: two controllers fed the same reports decide the same
+(leveller.rpc.failover relies on it).
 
 Agents and jobs not heard from for ``stale_after_s`` are forgotten (``expire``): memory
 and the work of every step and status grow with what is live, not with every host or
@@ -127,7 +130,9 @@ class Registry:
             state.next_reprofile = None
 
     def job_inputs(self, now: float) -> list[JobInput]:
-        """One JobInput per job some live agent reports, in first-seen order (the policy's tie-break)."""
+        """One JobInput per job some live agent reports, ordered by reported start, then name (the
+        policy's tie-break): a function of the agents' reports, not of when or in which order they
+        reached this controller, so a standby fed the same reports ranks ties the same."""
         merged: dict[str, tuple[int, float]] = {}
         for a in self.live(now):
             for j in a.report.jobs:
@@ -135,7 +140,7 @@ class Registry:
                 merged[j.job] = (max(it, j.iterations), min(st, j.start_time))
         out = []
         reported = self._reported_ideals(now)
-        for name in sorted(merged, key=lambda n: (self.jobs[n].first_seen, n)):
+        for name in sorted(merged, key=lambda n: (merged[n][1], n)):
             state = self.jobs[name]
             ideal = reported.get(name)
             if ideal is None:

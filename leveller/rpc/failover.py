@@ -87,9 +87,8 @@ class FailoverClient:
         self.timeout_s = timeout_s
         self.run = new_run_id()
         seq = itertools.count(1)  # shared: every controller sees this run's reports in increasing order
-        self.clients = [ControllerClient(a, secret, timeout_s, clock, max_message_bytes) for a in self.addresses]
-        for c in self.clients:
-            c.run, c._seq = self.run, seq
+        self.clients = [ControllerClient(a, secret, timeout_s, clock, max_message_bytes, run=self.run, seq=seq)
+                        for a in self.addresses]
         self.failovers = 0
         self.last_errors: dict[str, str] = {}  # address -> why its last call failed
         self._index = 0

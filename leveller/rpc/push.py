@@ -84,27 +84,44 @@ def watch_method(handler: WatchHandler, secret: bytes, clock: Callable[[], float
 class LevelsWatcher:
     """Agent side: a thread that keeps a Watch open and hands every new reply to ``on_levels``.
 
-    ``known_jobs()`` gives the jobs of the agent's last report (levels for other
-    jobs are refused). Failures back off ``retry_s`` (the report loop still
-    delivers levels meanwhile).
+    ``address`` is the controller's, or a function giving the one the agent reports to now
+    (leveller.rpc.failover.FailoverClient.active): the watcher follows it, starting again from
+    epoch 0 (epochs of different controllers are unrelated), and drops a reply that arrives after
+    the agent moved on. ``known_jobs()`` gives the jobs of the agent's last report (levels for
+    other jobs are refused). Failures back off ``retry_s`` (the report loop still delivers levels
+    meanwhile).
     """
 
-    def __init__(self, address: str, secret: bytes, host: str, on_levels: Callable[[LevelsReply], None],
-                 known_jobs: Callable[[], Iterable[str]], wait_s: float = 5.0, retry_s: float = 0.5,
-                 clock: Callable[[], float] = time.time, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    def __init__(self, address: str | Callable[[], str], secret: bytes, host: str,
+                 on_levels: Callable[[LevelsReply], None], known_jobs: Callable[[], Iterable[str]],
+                 wait_s: float = 5.0, retry_s: float = 0.5, clock: Callable[[], float] = time.time,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         if not 0 < wait_s <= MAX_WAIT_S:
             raise ValueError(f"wait_s must be in (0, {MAX_WAIT_S}], got {wait_s!r}")
-        self.address, self.secret, self.host, self.on_levels = address, secret, host, on_levels
+        self._target = address if callable(address) else (lambda: address)
+        self.secret, self.host, self.on_levels = secret, host, on_levels
         self.known_jobs, self.wait_s, self.retry_s, self.clock = known_jobs, wait_s, retry_s, clock
         self.max_bytes = max_message_bytes
         self.epoch = 0
         self.last_error: str | None = None
         self._stop = threading.Event()
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes)])
-        self._call = self._channel.unary_unary(WATCH)
+        self._lock = threading.Lock()  # guards the channel against close() while it is replaced
+        self.address = ""
+        self._channel: grpc.Channel | None = None
+        self._connect(self._target())
         self._thread = threading.Thread(target=self._loop, name=f"watch-{host}", daemon=True)
+
+    def _connect(self, address: str) -> None:
+        from leveller.rpc.transport import client_options  # noqa: PLC0415 (transport imports this module's peers)
+
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._channel is not None:
+                self._channel.close()
+            self.address, self.epoch = address, 0
+            self._channel = grpc.insecure_channel(address, options=client_options(self.max_bytes))
+            self._call = self._channel.unary_unary(WATCH)
 
     def start(self) -> None:
         self._thread.start()
@@ -117,8 +134,10 @@ class LevelsWatcher:
         self.close()
 
     def close(self) -> None:
-        self._stop.set()
-        self._channel.close()  # cancels the open call
+        with self._lock:
+            self._stop.set()
+            if self._channel is not None:
+                self._channel.close()  # cancels the open call
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=self.wait_s + 1)
 
@@ -134,6 +153,9 @@ class LevelsWatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            target = self._target()
+            if target != self.address:
+                self._connect(target)
             try:
                 reply = self.poll_once()
             except (grpc.RpcError, auth.AuthError, SchemaError, ValueError) as exc:
@@ -143,4 +165,5 @@ class LevelsWatcher:
                 self._stop.wait(self.retry_s)
                 continue
             self.last_error = None
-            self.on_levels(reply)
+            if self._target() == target:  # from the controller the agent still reports to
+                self.on_levels(reply)

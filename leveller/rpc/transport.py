@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import time
 from concurrent import futures
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import grpc
 
@@ -54,6 +54,14 @@ class RpcFailure(Exception):
 
 def _options(max_bytes: int) -> list[tuple[str, int]]:
     return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
+
+
+def client_options(max_bytes: int) -> list[tuple[str, int]]:
+    """Channel options of the agent's calls: message limits, and reconnection attempts at least every
+    second (gRPC's default backoff grows to 2 minutes: a controller back after a long outage, or a
+    standby turned to after one, would be refused as unreachable all that time)."""
+    return _options(max_bytes) + [("grpc.initial_reconnect_backoff_ms", 100),
+                                  ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 def _reply_method(method: str) -> str:
@@ -131,14 +139,19 @@ def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock 
 
 
 class ControllerClient:
-    """Client of the controller service; every reply's signature is checked before it is decoded."""
+    """Client of the controller service; every reply's signature is checked before it is decoded.
+
+    Reports are numbered under ``run`` by ``seq`` (replay protection, leveller.rpc.replay); clients of
+    several controllers share both (leveller.rpc.failover)."""
 
     def __init__(self, address: str, secret: bytes, timeout_s: float = 5.0, clock: Clock = time.time,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, run: str | None = None,
+                 seq: Iterator[int] | None = None) -> None:
         self.address, self.secret, self.timeout_s, self.clock = address, secret, timeout_s, clock
         self.max_bytes = max_message_bytes
-        self.run, self._seq = new_run_id(), itertools.count(1)  # replay protection (leveller.rpc.replay)
-        self._channel = grpc.insecure_channel(address, options=_options(max_message_bytes))
+        self.run = run or new_run_id()
+        self._seq = seq or itertools.count(1)
+        self._channel = grpc.insecure_channel(address, options=client_options(max_message_bytes))
         self._report = self._channel.unary_unary(REPORT)
         self._status = self._channel.unary_unary(STATUS)
 

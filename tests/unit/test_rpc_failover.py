@@ -186,3 +186,60 @@ def test_concurrent_reports_leave_in_number_order(pair: tuple[Server, Server]) -
         for t in threads:
             t.join()
     assert len(a.handler.reports) == 40  # none refused as a replay
+
+
+def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Real controllers, a real agent loop step by step: after the failover, b's new decisions reach the
+    agent by push (no report in between), from epoch 0 of b's own count."""
+    from leveller.agent.rate_tracker import LogTailer, RateTracker
+    from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+    from leveller.agent.service import Agent
+    from leveller.controller.paths import SingleLinkPaths
+    from leveller.controller.service import Controller
+    from leveller.core.policies import make_policy
+    from leveller.core.qos import default_level_map
+    from leveller.jobs.logline import format_line
+    from leveller.rpc.push import LevelsWatcher
+    from tests.fakes import RecordingEnforcer
+
+    class OneFlow:
+        def read_flows(self):  # type: ignore[no-untyped-def]
+            return {KEY: FlowSample(1000)}
+
+    ctls, servers = [], []
+    for _ in range(2):
+        ctl = Controller(SingleLinkPaths(), make_policy("fair"), default_level_map(2), tau_s=1.0, lease_s=30)
+        ctls.append(ctl)
+        servers.append(serve(ctl, "127.0.0.1:0", SECRET))
+    addresses = [f"127.0.0.1:{port}" for _, port in servers]
+    log = tmp_path / "j1.log"
+    log.write_text(format_line("j1", 0, time.time() - 10) + "\n")
+    enf = RecordingEnforcer()
+    try:
+        with FailoverClient(addresses, SECRET) as client:
+            agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], client, enf, flows=OneFlow(),
+                          ideal_times={"j1": 1.0}, classifier=Classifier(ports=(parse_port_rule("j1=47000"),)))
+            with LevelsWatcher(lambda: client.active, SECRET, "h1", agent.apply_pushed, lambda: agent.known_jobs,
+                               wait_s=20, retry_s=0.05) as watcher:
+                agent.step()
+                ctls[0].step(time.time())
+                deadline = time.monotonic() + 10
+                while enf.marks != {KEY: 0}:  # fair: level 0 (DSCP 0) for every flow, pushed by a
+                    assert time.monotonic() < deadline, "a's decision was never pushed"
+                    time.sleep(0.01)
+                for _ in range(5):
+                    ctls[1].step(time.time())  # b decides all along, without this host
+                servers[0][0].stop(grace=None).wait()
+                assert agent.step().waiting and client.active == addresses[1] and enf.marks == {KEY: 0}
+                applied = len(enf.valid_for)
+                ctls[1].policy = make_policy("leveller")  # b now ranks j1 alone: top level, DSCP 8
+                ctls[1].step(time.time())
+                deadline = time.monotonic() + 10
+                while enf.marks != {KEY: 8}:
+                    assert time.monotonic() < deadline, f"b's decision was never pushed ({watcher.last_error})"
+                    time.sleep(0.01)
+                assert len(enf.valid_for) > applied and watcher.address == addresses[1]
+                assert watcher.epoch == ctls[1].epoch  # b's own count
+    finally:
+        for srv, _ in servers:
+            srv.stop(grace=None)
