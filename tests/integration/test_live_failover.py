@@ -1,0 +1,96 @@
+"""Controller failover with real processes: two `leveller controller`s (same secret), an agent given
+both (`--controller A,B`) marking a real job's packets with its eBPF datapath. The active controller
+is SIGKILLed mid-run: the agent reports to the standby within one lease (its --json lines and its
+metrics name it), the standby's replay protection accepts the run it has never seen, and the job's
+packets never go unmarked for longer than the lease (seen on the wire)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .support import free_port, leveller_proc, wait_until
+from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, SECRET, controller, job_on_the_wire
+
+LEASE_S = 1.5  # test_live_faults.controller passes --lease 1.5 (and --tau 0.3)
+pytestmark = pytest.mark.privileged
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # being written
+    return out
+
+
+def _metrics(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tmp_path: Path) -> None:
+    from leveller.rpc.failover import FailoverClient
+
+    port_a, port_b, metrics_port = free_port(), free_port(), free_port()
+    a, b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
+    standby_dir = tmp_path / "standby"
+    standby_dir.mkdir()
+    with job_on_the_wire(tmp_path, "lvo") as (pair, wire, log):
+        with controller(tmp_path, port_a) as ctl_a, controller(standby_dir, port_b) as ctl_b, \
+                leveller_proc(tmp_path / "agent.out", "agent", "--controller", f"{a},{b}", "--host", "ha",
+                              "--log", str(log), "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}",
+                              "--ideal-time", "live=0.2", "--dev", pair.if_a, "--netns", pair.ns_a,
+                              "--interval", "0.2", "--metrics-port", str(metrics_port), "--json",
+                              env=ENV) as ag:
+            out = tmp_path / "agent.out"
+            wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
+                       lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
+                       f"controller: {ctl_a.output()}")
+            assert {line["controller"] for line in _lines(out) if line["ok"]} == {a}  # the first answers
+            time.sleep(1.0)  # the standby runs idle meanwhile (its decisions know no agent)
+
+            ctl_a.kill()
+            killed_at = time.time()
+            moved = wait_until(lambda: next((line for line in _lines(out) if line["t"] > killed_at
+                                             and line["ok"] and line["controller"] == b), None), 10,
+                               lambda: f"the agent moves to {b}: {ag.output()}")
+            assert moved["t"] - killed_at < LEASE_S, moved  # within one lease
+            # the standby decides with the agent's flow: marks from b, same level as a gave
+            wait_until(lambda: any(line["t"] > moved["t"] and line["controller"] == b and not line["waiting"]
+                                   and list(line["marks"].values()) == [DSCP_TOP] for line in _lines(out)), 10,
+                       lambda: f"levels from the standby: {ag.output()} standby: {ctl_b.output()}")
+            packets = wire.packets
+            wait_until(lambda: time.time() > killed_at + 3 * LEASE_S and wire.packets > packets + 50, 30,
+                       "the job's packets well past the lease")
+            # the wire: from the kill on, any stretch without the level is shorter than the lease
+            changes = [(t, d) for t, d in list(wire.changes) if t >= killed_at - LEASE_S]
+            gaps, since = [], None
+            for t, dscp in changes:
+                if dscp != DSCP_TOP and since is None:
+                    since = t
+                elif dscp == DSCP_TOP and since is not None:
+                    gaps.append(t - since)
+                    since = None
+            print(f"moved after {moved['t'] - killed_at:.3f} s; unmarked stretches after the kill: {gaps}")
+            assert since is None and wire.last_dscp == DSCP_TOP, changes
+            assert all(g < LEASE_S for g in gaps), gaps
+            # every report the standby got was accepted: its replay protection took the run it had not seen
+            after = [line for line in _lines(out) if line["t"] > moved["t"]]
+            assert after and all(line["ok"] and line["controller"] == b for line in after), after[-3:]
+            text = _metrics(metrics_port)
+            assert re.search(rf'leveller_agent_controller{{address="{re.escape(b)}"}} 1\.0', text), text
+            assert re.search(rf'leveller_agent_controller{{address="{re.escape(a)}"}} 0\.0', text)
+            assert "leveller_agent_failovers_total 1.0" in text
+            with FailoverClient([a, b], SECRET.encode()) as client:  # what `leveller status --controller a,b` shows
+                status = client.status()
+            assert status["controller"] == b and any(ag_["host"] == "ha" for ag_ in status["agents"])
+            assert ag.interrupt() == 0
