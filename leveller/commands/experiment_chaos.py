@@ -9,7 +9,8 @@ start; DOWN seconds dead); targets:
   ovs          ovs-vswitchd (restarted on its database; the SDN app reinstalls its rules)
   sdn          the SDN app (restarted on the same API port)
   controller   the controller (same command line and port)
-  agent        the agent of the first job's sender (h1); agent:HOST for another
+  agent        the agent of the first job's sender (h1); agent:HOST for another (killed
+               while its packets carry a mark, waiting up to 3 s for one)
 Faults may not overlap and each leaves 5 s to recover before the next one.
 
 Reported: min R of both runs and their ratio; per fault, the time from the

@@ -39,6 +39,7 @@ from leveller.demo.soak import leftovers, role_of
 from leveller.testbed.ovs import pid_alive, stop_pid
 
 EXAMPLE, POLICY = "pair", "leveller"
+MARK_WAIT_S = 3.0
 Note = Callable[[str], None]
 Progress = Callable[[float], None]
 
@@ -67,6 +68,10 @@ class FaultDriver:
     cluster: DemoCluster
     faults: list[Fault]
     note: Note = _quiet
+    # host -> its packets carry a mark now: an agent is killed while it marks (up to MARK_WAIT_S late),
+    # so that the check that its marks end with the lease has marks to watch
+    marked: Callable[[str], bool] | None = None
+    marked_at_kill: dict[int, bool] = field(default_factory=dict)  # fault index -> whether it was
     struck: list[Struck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     t0: float = 0.0
@@ -102,6 +107,12 @@ class FaultDriver:
         for fault in self.faults:
             if self._stop.wait(max(0.0, self.t0 + fault.at_s - time.time())):
                 return
+            if fault.target == "agent" and self.marked is not None:
+                deadline = time.time() + MARK_WAIT_S
+                while not self.marked(str(fault.host)) and time.time() < deadline:
+                    if self._stop.wait(0.02):
+                        return
+                self.marked_at_kill[len(self.struck)] = self.marked(str(fault.host))
             try:
                 restart = self._kill(fault)
             except Exception as exc:  # recorded in the report; the run goes on
@@ -198,7 +209,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
         ports = (min(j.port for j in jobs), max(j.port for j in jobs) + 1)
         wire = DscpSegments(cluster.netns(RECEIVER), "eth0", cluster.ip(RECEIVER), ports,
                             {cluster.ip(h): h for h in hosts})
-        driver = FaultDriver(cluster, faults, note)
+        driver = FaultDriver(cluster, faults, note, marked=wire.marked)
 
         @contextlib.contextmanager
         def disturb() -> Iterator[None]:
@@ -220,6 +231,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
         until = driver.struck[i + 1].killed if i + 1 < len(driver.struck) else out.t_end
         faults_out.append({"fault": k.fault.label, "at_s": round(k.killed - t0, 2),
                            "down_s": round(k.restarted - k.killed, 2),
+                           **({"marking_when_killed": driver.marked_at_kill[i]} if i in driver.marked_at_kill else {}),
                            **recovery(k, until, decisions, ends, segments)})
     stale = stale_marks(segments, decisions, driver.struck, settings.lease_s)
     chaos = _r_summary(out.rates)

@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Sequence
 from leveller.errors import UserError
 
 TARGETS = ("ovs", "sdn", "controller", "agent")
-DEFAULT_SCHEDULE = "ovs@12+3,sdn@30+3,controller@48+3,agent@66+3"
+DEFAULT_SCHEDULE = "ovs@12+3,sdn@30+3,controller@48+4,agent@66+4"  # 4 s: twice the lease
 MARGIN_S = 0.3  # capture stamps vs decision log lines: queueing on the way, log after the step
 _ITEM = re.compile(r"^(?P<target>[a-z]+)(?::(?P<host>[a-z][a-z0-9-]*))?@(?P<at>[0-9.]+)\+(?P<down>[0-9.]+)$")
 

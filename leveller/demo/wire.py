@@ -88,6 +88,12 @@ class DscpSegments:
                     self._done.append(Segment(self.names[src], int(run[0]), float(run[1]), float(run[2])))
                 self._open[src] = [dscp, stamp, stamp]
 
+    def marked(self, host: str, within_s: float = 0.2) -> bool:
+        """True if ``host``'s latest packet, seen in the last ``within_s`` seconds, carried a mark."""
+        with self._lock:
+            run = next((r for src, r in self._open.items() if self.names[src] == host), None)
+        return run is not None and run[0] != 0 and time.time() - float(run[2]) <= within_s
+
     def segments(self) -> list[Segment]:
         """Every run so far (the open ones up to their latest packet), by start time."""
         with self._lock:

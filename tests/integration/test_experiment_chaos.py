@@ -1,0 +1,52 @@
+"""`leveller experiment chaos`, short: the live pair (OVS + SDN app, controller, agents with eBPF
+markers) for 25 s undisturbed, then 25 s while the controller and h1's agent are SIGKILLed and
+restarted. The system recovers from both, no rewritten DSCP outlives a lease on the wire, and the
+teardown leaves nothing (namespaces, processes, /run/leveller, marker BPF programs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leveller.demo.chaos import marker_programs
+from leveller.demo.soak import leftovers
+
+pytestmark = pytest.mark.privileged
+
+
+def test_short_chaos_recovers_from_each_fault_without_stale_marks_and_leaves_nothing(tmp_path: Path) -> None:
+    name = "ch" + uuid.uuid4().hex[:8]
+    before = marker_programs()
+    proc = subprocess.run([sys.executable, "-m", "leveller.cli", "experiment", "chaos", "--duration", "25",
+                           "--schedule", "controller@6+3,agent@15+3", "--name", name, "--out", str(tmp_path),
+                           "--json"], capture_output=True, text=True, timeout=240)
+    assert proc.stdout.startswith("{"), proc.stderr[-5000:]
+    doc = json.loads(proc.stdout)
+    print(json.dumps({k: doc[k] for k in ("baseline", "chaos", "min_r_ratio", "faults", "stale_marks", "packets",
+                                          "verdict")}))
+    assert proc.returncode == (0 if doc["verdict"] == "ok" else 1)
+    assert [f["fault"] for f in doc["faults"]] == ["controller", "agent:h1"]
+    for f in doc["faults"]:
+        assert 2.5 < f["down_s"] < 4.0, f
+        # back within a few seconds: decisions, both jobs iterating, marks on the wire
+        assert f["recovered_s"] is not None and f["recovered_s"] < 6.0, f
+        assert f["outage_s"] == pytest.approx(f["down_s"] + f["recovered_s"], abs=0.05)
+    assert doc["stale_marks"] == [] and doc["marked_packets_seen"] and doc["packets"] > 10_000
+    assert doc["fault_errors"] == []
+    # both runs measured R; the faults cost the pair something, not everything
+    assert set(doc["baseline"]["rates"]) == set(doc["chaos"]["rates"]) == {"j1", "j2"}
+    assert doc["min_r_ratio"] == pytest.approx(doc["chaos"]["min"] / doc["baseline"]["min"], abs=1e-3)
+    assert 0.5 < doc["min_r_ratio"] < 1.3
+    assert doc["qp"]["checked"] is False and "TCP" in doc["qp"]["why"]
+    assert doc["cleanup"] == {"clean": True, "namespaces": [], "processes": [], "files": [], "bpf_programs": []}
+    assert doc["verdict"] == "ok"
+    run_dir = Path("/run/leveller") / name
+    assert leftovers(name, [run_dir, run_dir.parent / f"{name}.work"]) == \
+        {"namespaces": [], "processes": [], "files": []}
+    assert marker_programs() <= before
+    assert json.loads((tmp_path / "chaos.json").read_text()) == doc
