@@ -23,7 +23,6 @@ import random
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,13 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, ipv4_ports, kernel_stamp
 
 PROBE_PORT = 5201
 OTHER_PORT = 5202
 PROBE_RATE = "40M"  # with 1000-byte datagrams: ~5,000 packets/s, one every ~0.2 ms
 PACKET_BYTES = 1000
-ETH_P_IP = 0x0800
-SO_TIMESTAMPNS = 35
 TARGET_MS = 5.0
 HIST_EDGES_MS = (0.5, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 SECRET = "bench-levels-" + "0123456789abcdef"
@@ -151,21 +149,14 @@ class WireWatch:
                 continue
             except OSError:
                 return
-            if len(data) < 38 or data[23] != self.proto or data[26:30] != self.src:
-                continue
-            ihl = (data[14] & 0x0F) * 4
-            if len(data) < 14 + ihl + 4 or struct.unpack_from("!H", data, 14 + ihl + 2)[0] != self.dport:
+            fields = ipv4_ports(data)
+            if fields is None or fields[0] != self.proto or fields[1] != self.src or fields[3] != self.dport:
                 continue
             packets += 1
-            dscp = data[15] >> 2
+            dscp = fields[4]
             if dscp != last:
                 last = dscp
-                stamp = time.time()
-                for level, kind, value in anc:
-                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                        sec, nsec = struct.unpack("qq", value[:16])
-                        stamp = sec + nsec * 1e-9
-                self._send.send((packets, stamp, dscp))
+                self._send.send((packets, kernel_stamp(anc), dscp))
             elif packets % 256 == 0:
                 self._send.send((packets, None, None))
 

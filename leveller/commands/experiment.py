@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Callable, Iterator
 
 # name -> (module, help); each module has configure(parser) like a command.
 EXPERIMENTS: dict[str, tuple[str, str]] = {
@@ -23,3 +25,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     add_commands(parser.add_subparsers(dest="experiment", metavar="EXPERIMENT"), EXPERIMENTS)
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)
+
+
+@contextlib.contextmanager
+def live_progress(width: int = 34, log_notes: bool = False) -> Iterator[tuple[Callable[[float], None],
+                                                                              Callable[[str], None]]]:
+    """For a live experiment: SIGTERM / Ctrl-C unwind its context managers (everything is torn down), and
+    a progress bar on a terminal (stderr). Yields (progress(fraction done), note(what runs now)); with
+    ``log_notes`` every note is also logged above the bar."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from leveller.demo.interrupts import unwind_on_signals
+
+    console = Console(stderr=True)
+    with unwind_on_signals():
+        with Progress(TextColumn(f"{{task.description:<{width}}}"), BarColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console, transient=True,
+                      disable=not console.is_terminal) as bar:
+            task = bar.add_task("setting up the cluster", total=1.0)
+
+            def note(message: str) -> None:
+                bar.update(task, description=message[:width])
+                if log_notes and console.is_terminal:
+                    bar.console.log(message)
+
+            yield (lambda f: bar.update(task, completed=f)), note

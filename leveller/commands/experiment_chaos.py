@@ -79,30 +79,13 @@ def _check(args: argparse.Namespace) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     _check(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {args.out}: cannot create it ({exc.strerror})") from None
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from leveller.commands import output_dir
+    from leveller.commands.experiment import live_progress
     from leveller.demo.chaos import run_chaos
-    from leveller.demo.interrupts import unwind_on_signals
 
-    console = Console(stderr=True)
-    with unwind_on_signals():  # SIGTERM / Ctrl-C unwind the context managers: everything is torn down
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(),
-                      console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("setting up the cluster", total=1.0)
-
-            def note(message: str) -> None:
-                bar.update(task, description=message[:40])
-                if console.is_terminal:
-                    bar.console.log(message)
-
-            report = run_chaos(args.duration, args.schedule, args.name, args.baseline,
-                               progress=lambda f: bar.update(task, completed=f), note=note)
+    out = output_dir(args.out)
+    with live_progress(width=40, log_notes=True) as (progress, note):
+        report = run_chaos(args.duration, args.schedule, args.name, args.baseline, progress=progress, note=note)
     (out / "chaos.json").write_text(json.dumps(report, indent=1))
     if args.json:
         print(json.dumps(report))

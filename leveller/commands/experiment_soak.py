@@ -64,23 +64,12 @@ def _check(args: argparse.Namespace) -> None:
 def handle(args: argparse.Namespace) -> int:
     _check(args)
     from leveller.commands import output_dir
-
-    out = output_dir(args.out)
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+    from leveller.commands.experiment import live_progress
     from leveller.demo.soak import plot_soak, run_soak
 
-    from leveller.demo.interrupts import unwind_on_signals
-
-    console = Console(stderr=True)
-    with unwind_on_signals():  # SIGTERM / Ctrl-C unwind the context managers: everything is torn down
-        with Progress(TextColumn("{task.description:<34}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("setting up the cluster", total=1.0)
-            report, series = run_soak(args.duration, args.interval, args.name,
-                                      progress=lambda f: bar.update(task, completed=f),
-                                      note=lambda m: bar.update(task, description=m[:34]))
+    out = output_dir(args.out)
+    with live_progress() as (progress, note):
+        report, series = run_soak(args.duration, args.interval, args.name, progress=progress, note=note)
     (out / "soak.json").write_text(json.dumps({**report, "series": series,
                                                "series_columns": ["t_s", "rss_kib", "fds", "cpu_s"]}, indent=1))
     if args.plot:

@@ -63,7 +63,7 @@ def marker_programs() -> set[int]:
 class FaultDriver:
     """Context manager: from entry, kill each fault's target at its time and restart it ``down_s`` later
     (a thread); ``struck`` records when. On exit a target still down is started again and every
-    process it started is stopped (SIGINT, then SIGKILL)."""
+    process it started is stopped (SIGTERM, then SIGKILL)."""
 
     cluster: DemoCluster
     faults: list[Fault]
@@ -95,13 +95,8 @@ class FaultDriver:
             restart()
             self.struck.append(Struck(fault, killed, time.time()))
         for proc in self._started:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_pid(proc.pid, str(self.cluster.work_dir))  # SIGTERM: an agent clears its marks and BPF
+            proc.wait()
 
     def _loop(self) -> None:
         for fault in self.faults:

@@ -13,15 +13,13 @@ on after a silence.
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 import time
 from typing import Mapping
 
 from leveller.demo.chaos_check import Segment
+from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, ipv4_ports, kernel_stamp
 
-ETH_P_IP = 0x0800
-SO_TIMESTAMPNS = 35
 IPPROTO_TCP = 6
 
 
@@ -63,21 +61,13 @@ class DscpSegments:
                 continue
             except OSError:
                 return
-            if len(data) < 38 or data[23] != IPPROTO_TCP or data[30:34] != self.dst:
+            fields = ipv4_ports(data)
+            if fields is None:
                 continue
-            ihl = (data[14] & 0x0F) * 4
-            if len(data) < 14 + ihl + 4:
+            proto, src, dst, dport, dscp = fields
+            if proto != IPPROTO_TCP or dst != self.dst or not self.low <= dport <= self.high or src not in self.names:
                 continue
-            dport = struct.unpack_from("!H", data, 14 + ihl + 2)[0]
-            src = data[26:30]
-            if not self.low <= dport <= self.high or src not in self.names:
-                continue
-            stamp = time.time()
-            for level, kind, value in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = struct.unpack("qq", value[:16])
-                    stamp = sec + nsec * 1e-9
-            dscp = data[15] >> 2
+            stamp = kernel_stamp(anc)
             with self._lock:
                 self.packets += 1
                 run = self._open.get(src)
