@@ -21,7 +21,8 @@ lease after the last decision, or from a killed agent's host later than one
 lease after the kill; and what the teardown left (namespaces, processes, run
 directories, marker BPF programs). The RDMA shim is not part of the run (TCP
 jobs), so no queue pair is checked; the report says so.
-Writes chaos.json to --out. Needs root; everything is torn down at the end,
+Writes chaos.json and chaos.png (R over time under faults and undisturbed,
+faults shaded; the marks each sender's packets carried) to --out. Needs root; everything is torn down at the end,
 also on Ctrl-C or an error.
 
 Exit status 1 when a fault was not recovered from, a mark outlived its lease,
@@ -57,6 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the undisturbed run (no min R ratio)")
     parser.add_argument("--out", default="out/chaos", metavar="DIR", help="directory for chaos.json (default out/chaos)")
+    parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip chaos.png")
     parser.add_argument("--name", default="chaos", help="testbed name, namespaces lvtb-NAME-* (default chaos)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (and nothing else) on stdout")
     parser.set_defaults(func=handle)
@@ -85,7 +87,8 @@ def handle(args: argparse.Namespace) -> int:
 
     out = output_dir(args.out)
     with live_progress(width=40, log_notes=True) as (progress, note):
-        report = run_chaos(args.duration, args.schedule, args.name, args.baseline, progress=progress, note=note)
+        report = run_chaos(args.duration, args.schedule, args.name, args.baseline, progress=progress, note=note,
+                           plot=out / "chaos.png" if args.plot else None)
     (out / "chaos.json").write_text(json.dumps(report, indent=1))
     if args.json:
         print(json.dumps(report))
@@ -130,4 +133,5 @@ def _print(report: dict[str, Any], out: Path) -> None:
     clean = report["cleanup"]
     console.print("teardown: nothing left (namespaces, processes, /run/leveller, BPF programs)" if clean["clean"] else
                   f"[red]teardown left[/]: {json.dumps({k: v for k, v in clean.items() if k != 'clean'})}")
-    console.print(f"verdict: [bold]{report['verdict']}[/]; report in {out / 'chaos.json'}")
+    console.print(f"verdict: [bold]{report['verdict']}[/]; report in {out / 'chaos.json'}"
+                  + (f", plot in {report['plot']}" if report.get("plot") else ""))

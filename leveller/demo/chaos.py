@@ -180,8 +180,10 @@ def _r_summary(rates: dict[str, float]) -> dict[str, Any]:
 
 
 def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: bool = True,
-              run_dir: Path | None = None, progress: Progress = _quiet, note: Note = _quiet) -> dict[str, Any]:
-    """Baseline run (unless ``baseline`` is False), then the chaos run; returns the report."""
+              run_dir: Path | None = None, progress: Progress = _quiet, note: Note = _quiet,
+              plot: Path | None = None) -> dict[str, Any]:
+    """Baseline run (unless ``baseline`` is False), then the chaos run; returns the report (and draws
+    the run into ``plot``, a PNG, if given)."""
     from leveller.demo.wire import DscpSegments
 
     jobs = plan(EXAMPLE)
@@ -247,6 +249,11 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
                      "lease_s": settings.lease_s, "unit_s": settings.unit_s},
     }
     report["verdict"] = verdict(report)
+    if plot is not None:
+        from leveller.demo.chaos_plot import plot_chaos
+
+        plot_chaos(plot, out, base, ideal, driver.struck, faults_out, segments, decisions)
+        report["plot"] = str(plot)
     return report
 
 

@@ -50,3 +50,4 @@ def test_short_chaos_recovers_from_each_fault_without_stale_marks_and_leaves_not
         {"namespaces": [], "processes": [], "files": []}
     assert marker_programs() <= before
     assert json.loads((tmp_path / "chaos.json").read_text()) == doc
+    assert (tmp_path / "chaos.png").read_bytes()[:4] == b"\x89PNG" and doc["plot"] == str(tmp_path / "chaos.png")

@@ -7,7 +7,10 @@ packets never go unmarked for longer than the lease (seen on the wire)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 import pytest
 
 from .support import free_port, leveller_proc, wait_until
-from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, SECRET, controller, job_on_the_wire
+from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, controller, job_on_the_wire
 
 LEASE_S = 1.5  # test_live_faults.controller passes --lease 1.5 (and --tau 0.3)
 pytestmark = pytest.mark.privileged
@@ -38,8 +41,6 @@ def _metrics(port: int) -> str:
 
 
 def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tmp_path: Path) -> None:
-    from leveller.rpc.failover import FailoverClient
-
     port_a, port_b, metrics_port = free_port(), free_port(), free_port()
     a, b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
     standby_dir = tmp_path / "standby"
@@ -90,7 +91,9 @@ def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tm
             assert re.search(rf'leveller_agent_controller{{address="{re.escape(b)}"}} 1\.0', text), text
             assert re.search(rf'leveller_agent_controller{{address="{re.escape(a)}"}} 0\.0', text)
             assert "leveller_agent_failovers_total 1.0" in text
-            with FailoverClient([a, b], SECRET.encode()) as client:  # what `leveller status --controller a,b` shows
-                status = client.status()
-            assert status["controller"] == b and any(ag_["host"] == "ha" for ag_ in status["agents"])
+            shown = subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller", f"{a},{b}",
+                                    "--json"], capture_output=True, text=True, timeout=30, env={**os.environ, **ENV})
+            assert shown.returncode == 0, shown.stderr
+            status = json.loads(shown.stdout)
+            assert status["controller"] == b and any(agent["host"] == "ha" for agent in status["agents"])
             assert ag.interrupt() == 0
