@@ -252,12 +252,12 @@ class Agent:
         Returns (stale, cleared, waiting). Caller holds the lock."""
         now = self.monotonic()
         decided = reference - reply.decision_age_s
-        valid_for = decided + reply.lease_s - now
-        if valid_for <= 0:
-            return True, self._drop(), False
         expired = self._expire_if_due()  # levels in hand whose lease ran out are cleared as such
         if self._held_from != self._source and decided < self._source_since and self.lease.valid(now):
             return False, False, True
+        valid_for = decided + reply.lease_s - now
+        if valid_for <= 0:
+            return True, self._drop() or expired, False
         self.assigned = {f.key: (f.job, f.level) for f in reply.flows}
         self.dscp_by_level = reply.dscp_by_level
         marks = self._effective()

@@ -124,3 +124,15 @@ def test_a_push_from_the_standby_before_it_knows_us_does_not_drop_our_levels(tmp
     now[0] = 101.7  # b's next decision, pushed: it has our flow
     agent.apply_pushed(LevelsReply(4, LEASE, (0, 46), (FlowLevel(A, "a", 0),), 0.05))
     assert enforcer.marks == {A: 0}
+
+
+def test_a_standby_whose_decisions_are_stale_does_not_end_levels_that_are_still_valid(tmp_path: Path) -> None:
+    agent, ctl, enforcer, now, _ = make(tmp_path)
+    agent.step()  # a's levels, valid until 103.0
+    ctl.up["a:1"] = False
+    now[0], ctl.decided_at["b:1"] = 101.5, 97.0  # b's loop has been stuck for 4.5 s (older than its lease)
+    r = agent.step()
+    assert r.waiting and not r.stale and enforcer.marks == {A: 46} and enforcer.clears == 0
+    now[0] = 103.0  # a's lease ends: now b's stale answer is all there is
+    r = agent.step()
+    assert r.stale and r.cleared and enforcer.marks == {} and enforcer.clears == 1
