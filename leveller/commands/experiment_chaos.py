@@ -22,8 +22,8 @@ lease after the kill; and what the teardown left (namespaces, processes, run
 directories, marker BPF programs). The RDMA shim is not part of the run (TCP
 jobs), so no queue pair is checked; the report says so.
 Writes chaos.json and chaos.png (R over time under faults and undisturbed,
-faults shaded; the marks each sender's packets carried) to --out. Needs root; everything is torn down at the end,
-also on Ctrl-C or an error.
+faults shaded; the marks each sender's packets carried) to --out. Needs
+root; everything is torn down at the end, also on Ctrl-C or an error.
 
 Exit status 1 when a fault was not recovered from, a mark outlived its lease,
 a fault could not be injected, or the teardown left something.
@@ -57,7 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"faults (see above; default {DEFAULT_SCHEDULE})")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the undisturbed run (no min R ratio)")
-    parser.add_argument("--out", default="out/chaos", metavar="DIR", help="directory for chaos.json (default out/chaos)")
+    parser.add_argument("--out", default="out/chaos", metavar="DIR",
+                        help="directory for chaos.json and chaos.png (default out/chaos)")
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip chaos.png")
     parser.add_argument("--name", default="chaos", help="testbed name, namespaces lvtb-NAME-* (default chaos)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (and nothing else) on stdout")
