@@ -3,7 +3,8 @@
 An AF_PACKET socket on a host's interface (inside its namespace) sees every TCP
 packet arriving there; the ones sent to that host with a destination port in
 the jobs' range are kept as segments: consecutive packets from one source with
-one DSCP, from the first packet's kernel time stamp to the last one's. Every
+one DSCP and no pause longer than SILENCE_S, from the first packet's kernel
+time stamp to the last one's (so a segment never spans a time without packets). Every
 mark a sender's datapath wrote shows up here, and so does every packet that
 went out unmarked, which is what the chaos experiment's stale-mark check needs
 (leveller.demo.chaos_check): a DSCP change alone would hide a mark that carries
@@ -21,6 +22,7 @@ from leveller.demo.chaos_check import Segment
 from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, ipv4_ports, kernel_stamp
 
 IPPROTO_TCP = 6
+SILENCE_S = 0.05  # a longer pause between two packets of a host ends its segment (a job's compute phase)
 
 
 class DscpSegments:
@@ -71,7 +73,7 @@ class DscpSegments:
             with self._lock:
                 self.packets += 1
                 run = self._open.get(src)
-                if run is not None and run[0] == dscp:
+                if run is not None and run[0] == dscp and stamp - float(run[2]) <= SILENCE_S:
                     run[2] = stamp
                     continue
                 if run is not None:
