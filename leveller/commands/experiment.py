@@ -38,7 +38,7 @@ def live_progress(width: int = 34, log_notes: bool = False) -> Iterator[tuple[Ca
 
     from leveller.demo.interrupts import unwind_on_signals
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     with unwind_on_signals():
         with Progress(TextColumn(f"{{task.description:<{width}}}"), BarColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console, transient=True,
