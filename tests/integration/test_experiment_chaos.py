@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from leveller.demo.chaos import marker_programs
-from leveller.demo.soak import leftovers
+from tests.integration.support import demo_leftovers
 
 pytestmark = pytest.mark.privileged
 
@@ -45,9 +45,7 @@ def test_short_chaos_recovers_from_each_fault_without_stale_marks_and_leaves_not
     assert doc["qp"]["checked"] is False and "TCP" in doc["qp"]["why"]
     assert doc["cleanup"] == {"clean": True, "namespaces": [], "processes": [], "files": [], "bpf_programs": []}
     assert doc["verdict"] == "ok"
-    run_dir = Path("/run/leveller") / name
-    assert leftovers(name, [run_dir, run_dir.parent / f"{name}.work"]) == \
-        {"namespaces": [], "processes": [], "files": []}
+    assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
     assert marker_programs() <= before
     assert json.loads((tmp_path / "chaos.json").read_text()) == doc
     assert (tmp_path / "chaos.png").read_bytes()[:4] == b"\x89PNG" and doc["plot"] == str(tmp_path / "chaos.png")
