@@ -72,7 +72,7 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(build: Path, tmp_p
     run = StreamRun(build, tmp_path, mode="dlopen", job="gpt")
     gpt_log, bert_log = tmp_path / "gpt.log", tmp_path / "bert.log"
     t0 = time.time() - 100
-    gpt_log.write_text(format_line("gpt", 0, t0) + "\n")
+    gpt_log.write_text(format_line("gpt", 0, t0 - 1) + "\n")  # gpt started first: it wins the tie below
     bert_log.write_text(format_line("bert", 0, t0) + "\n")
     try:
         a, b = run.ids["qp_a"], run.ids["qp_b"]
@@ -92,7 +92,7 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(build: Path, tmp_p
             assert h1.step().ok and h2.step().ok
 
         wait_wire(run.log, [a], 0)  # streaming at the application's class
-        cycle()  # equal R: gpt (seen first) ranks first -> level 1
+        cycle()  # equal R: gpt (earlier start, the registry's tie-break) ranks first -> level 1
         reported = {f["flow"]: f for f in ctl.status(time.time())["flows"]}
         qp_flows = {f"udp 127.0.0.1:{roce_source_port(q)}>127.0.0.1:{ROCE_V2_PORT}" for q in (a, b)}
         assert qp_flows <= set(reported), reported  # the QPs are reported as RoCEv2 flows of gpt
