@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
-from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, ipv4_ports, kernel_stamp
+from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, frames, kernel_stamp
 
 PROBE_PORT = 5201
 OTHER_PORT = 5202
@@ -142,15 +142,8 @@ class WireWatch:
         """Child: read packets, send (kernel time, DSCP) at every change and the count now and then."""
         self._recv.close()
         packets, last = 0, None
-        while True:
-            try:
-                data, anc, _, _ = self.sock.recvmsg(64, socket.CMSG_SPACE(16))
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            fields = ipv4_ports(data)
-            if fields is None or fields[0] != self.proto or fields[1] != self.src or fields[3] != self.dport:
+        for fields, anc in frames(self.sock):
+            if fields[0] != self.proto or fields[1] != self.src or fields[3] != self.dport:
                 continue
             packets += 1
             dscp = fields[4]

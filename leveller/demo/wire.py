@@ -19,7 +19,7 @@ import time
 from typing import Mapping
 
 from leveller.demo.chaos_check import Segment
-from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, ipv4_ports, kernel_stamp
+from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, frames, kernel_stamp
 
 IPPROTO_TCP = 6
 SILENCE_S = 0.05  # a longer pause between two packets of a host ends its segment (a job's compute phase)
@@ -56,16 +56,7 @@ class DscpSegments:
         self.sock.close()
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, anc, _, _ = self.sock.recvmsg(64, socket.CMSG_SPACE(16))
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            fields = ipv4_ports(data)
-            if fields is None:
-                continue
+        for fields, anc in frames(self.sock, self._stop.is_set):
             proto, src, dst, dport, dscp = fields
             if proto != IPPROTO_TCP or dst != self.dst or not self.low <= dport <= self.high or src not in self.names:
                 continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 ETH_P_IP = 0x0800
 SO_TIMESTAMPNS = 35
@@ -30,3 +30,22 @@ def kernel_stamp(ancillary: Iterable[tuple[int, int, bytes]]) -> float:
             sec, nsec = struct.unpack("qq", value[:16])
             return float(sec + nsec * 1e-9)
     return time.time()
+
+
+Frame = tuple[tuple[int, bytes, bytes, int, int], list[tuple[int, int, bytes]]]
+
+
+def frames(sock: socket.socket, stopped: Callable[[], bool] = lambda: False) -> Iterator[Frame]:
+    """(ipv4_ports fields, ancillary data) of every IPv4 frame with ports read from a capture socket, until the
+    socket is closed or ``stopped()`` (checked after each read or read time-out); kernel_stamp(ancillary) is left
+    to the caller, which may need it only for some frames."""
+    while not stopped():
+        try:
+            data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(16))
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        fields = ipv4_ports(data)
+        if fields is not None:
+            yield fields, anc
