@@ -19,6 +19,7 @@ time is being measured holds the top priority.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional, Protocol, Sequence
 
 from leveller.core.rate import Number
@@ -36,6 +37,11 @@ class JobView:
     compute: Optional[Number] = None  # compute time per iteration (profiled)
     comm: Optional[Number] = None  # communication time per iteration at full link rate (profiled)
     profiling: bool = False  # ideal time being measured: needs unique top priority
+    weight: Number = 1  # operator weight: leveller ranks by rate / weight (1 = the paper)
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"job {self.name!r}: weight must be > 0, got {self.weight!r}")
 
 
 class Policy(Protocol):
@@ -61,7 +67,10 @@ def _profiling_first(jobs: Sequence[JobView]) -> tuple[list[JobView], list[JobVi
 
 @dataclass(frozen=True)
 class LevellerPolicy:
-    """Strict priority to the lowest progress rate R (max-min fairness of R)."""
+    """Strict priority to the lowest progress rate R (max-min fairness of R).
+
+    With operator weights, jobs rank by R / weight: a job of weight 2 keeps
+    priority until its R is twice the others' (weight 1 everywhere = the paper)."""
 
     tau: Number = 0
     name: str = "leveller"
@@ -76,7 +85,17 @@ class LevellerPolicy:
         missing = [j.name for j in rest if j.rate is None]
         if missing:
             raise ValueError(f"leveller policy needs a rate R for every job; missing for {missing}")
-        return [j.name for j in first] + [j.name for j in sorted(rest, key=lambda j: j.rate)]
+        return [j.name for j in first] + [j.name for j in sorted(rest, key=weighted_rate)]
+
+
+def weighted_rate(job: JobView) -> Number:
+    """What leveller ranks by: R / weight (exact for int and Fraction inputs)."""
+    assert job.rate is not None
+    if job.weight == 1:
+        return job.rate
+    if isinstance(job.rate, (int, Fraction)) and isinstance(job.weight, (int, Fraction)):
+        return Fraction(job.rate) / job.weight
+    return job.rate / job.weight
 
 
 def gpu_intensity(job: JobView) -> Optional[Number]:
