@@ -3,6 +3,7 @@
   leveller simulate link --preset fig3 --policy leveller
   leveller simulate link --job 1:1 --job 1:2 --policy crux --json
   leveller simulate link --preset fig1-trio --policy leveller --tau 4 --timeline trio.png
+  leveller simulate link --preset fig3 --rate-half-life 10 --starve 1:60:30 --cycles 100
 
 Each job alternates compute (C) and communication (M, time at the full link
 rate) on one shared link; G = GPUs (used by crux's intensity G*C/M). R is
@@ -12,6 +13,14 @@ link equally), crux (static strict priority by G*C/M, ties by --job order),
 leveller (strict priority to the lowest R, re-ranked at every iteration end
 when --tau is 0, else every tau; equal R keeps --job order; at t = 0 every
 R is 0, so --job order decides the first ranking).
+
+What leveller ranks by: the paper's cumulative R by default; --rate-window S uses R
+over the last S time units, --rate-half-life S exponentially decayed iterations and
+time (leveller.core.rate, as `leveller controller` does). The reported rates stay the
+paper's cumulative R over the whole run. --starve J:START:LEN stops job J's
+communication for LEN time units from START (an unmanaged flow on a link only J uses);
+the others have the link to themselves meanwhile. `leveller experiment recovery`
+measures what each kind of R does after such a disturbance.
 
 Event budget: a run is refused up front when its events could exceed --max-events
 (default 1,000,000, a few tens of seconds here). The bound counted is 2 phase ends per
@@ -73,6 +82,44 @@ def parse_tau(text: str) -> Fraction:
     return tau
 
 
+def parse_seconds(option: str, text: Optional[str]) -> Optional[Fraction]:
+    """A duration > 0 given to ``option`` (None when the option is absent)."""
+    if text is None:
+        return None
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        value = Fraction(-1)
+    if not 0 < value <= 10**9:
+        raise UserError(f"{option} {text!r}: expected a number of time units > 0 (e.g. {option} 20)")
+    return value
+
+
+def rate_options(args: argparse.Namespace) -> tuple[Optional[Fraction], Optional[Fraction]]:
+    """(window, half-life) from --rate-window / --rate-half-life; at most one of them."""
+    window = parse_seconds("--rate-window", args.rate_window)
+    half_life = parse_seconds("--rate-half-life", args.rate_half_life)
+    if window is not None and half_life is not None:
+        raise UserError("give --rate-window or --rate-half-life, not both")
+    return window, half_life
+
+
+def parse_starve(text: str, jobs: int) -> Any:
+    """``J:START:LEN`` (job number 1..jobs) into a leveller.sim.link.Starve."""
+    from leveller.sim.link import Starve
+
+    parts = text.split(":")
+    try:
+        job, start, length = int(parts[0]), Fraction(parts[1]), Fraction(parts[2])
+        ok = len(parts) == 3 and 1 <= job <= jobs and start >= 0 and length > 0
+    except (ValueError, IndexError, ZeroDivisionError):
+        ok = False
+    if not ok:
+        raise UserError(f"--starve {text!r}: expected J:START:LEN with job J in 1..{jobs}, START >= 0 and "
+                        "LEN > 0 time units (e.g. --starve 1:60:30)")
+    return Starve(job - 1, start, start + length)
+
+
 def check_positive(option: str, value: Optional[int]) -> None:
     if value is not None and value < 1:
         raise UserError(f"{option} must be an integer >= 1, got {value}")
@@ -93,11 +140,11 @@ def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
     }
 
 
-def check_budget(jobs: list, cycles: int, tau: Optional[Fraction], max_events: int) -> int:
+def check_budget(jobs: list, cycles: int, tau: Optional[Fraction], max_events: int, starvations: int = 0) -> int:
     """The run's event bound; UserError naming --max-events if it exceeds the budget."""
     from leveller.sim.link import event_bound
 
-    bound = event_bound(jobs, cycles, tau)
+    bound = event_bound(jobs, cycles, tau, starvations)
     if bound > max_events:
         shown = f"{bound:,}" if bound < 10**15 else f"about 10^{len(str(bound)) - 1}"
         raise UserError(f"this run could take up to {shown} events, over the budget --max-events {max_events:,}; "
@@ -137,13 +184,16 @@ def run_link(args: argparse.Namespace) -> int:
         jobs = list(PRESETS[args.preset])
     else:
         raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
+    window, half_life = rate_options(args)
+    starve = [parse_starve(text, len(jobs)) for text in args.starve]
     policy = make_policy(args.policy, tau)
-    bound = check_budget(jobs, args.cycles, policy.tau, args.max_events)
+    bound = check_budget(jobs, args.cycles, policy.tau, args.max_events, len(starve))
     until = Fraction(args.timeline_until)
     result = run_with_progress(
         lambda on_progress: simulate_link(jobs, policy, cycles=args.cycles, levels=args.levels,
                                           record_until=until if args.timeline else Fraction(0),
-                                          on_progress=on_progress), bound)
+                                          on_progress=on_progress, rate_window=window, rate_half_life=half_life,
+                                          starve=starve), bound)
     if args.timeline:
         from leveller.sim.timeline import plot_timelines
 
@@ -151,6 +201,8 @@ def run_link(args: argparse.Namespace) -> int:
         plot_timelines([(title, result)], Path(args.timeline), until)
     if args.json:
         out = result_json(result, tau, args.cycles)
+        out["rate_window"] = None if window is None else float(window)
+        out["rate_half_life"] = None if half_life is None else float(half_life)
         if args.timeline:
             out["timeline"] = str(args.timeline)
         print(json.dumps(out))
@@ -195,6 +247,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     link.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
                       help=f"refuse a run that could take more than N events (default {DEFAULT_MAX_EVENTS:,}; "
                       "see 'Event budget' above)")
+    link.add_argument("--rate-window", metavar="S",
+                      help="leveller ranks by R over the last S time units instead of since the start "
+                      "(e.g. --rate-window 20)")
+    link.add_argument("--rate-half-life", metavar="S",
+                      help="leveller ranks by R from iterations and time decayed with half-life S "
+                      "(e.g. --rate-half-life 10)")
+    link.add_argument("--starve", action="append", default=[], metavar="J:START:LEN",
+                      help="job J (1-based) cannot communicate for LEN time units from START, as if an "
+                      "unmanaged flow held a link only J uses (e.g. --starve 1:60:30); repeatable")
     link.add_argument("--timeline", metavar="FILE.png", help="also draw the first time units as a PNG timeline")
     link.add_argument("--timeline-until", type=int, default=15, metavar="T",
                       help="time span shown by --timeline (default 15)")

@@ -10,6 +10,14 @@ Re-ranking follows ``policy.tau`` (None: once at t=0; 0: at every iteration
 end; T > 0: every T). Arithmetic is exact (fractions), so results are
 deterministic and ties are real ties.
 
+R as the policy sees it is the paper's cumulative R unless ``rate_window`` or
+``rate_half_life`` asks for a windowed or decayed one (leveller.core.rate, the
+same function the controller calls). A disturbance (``Starve``) models an
+unmanaged flow on a link only one job uses: for its duration that job's
+communication makes no progress and the others have the shared link to
+themselves. Iteration end times can be kept (``record_ends``) to measure R over
+any stretch afterwards (leveller.sim.recovery).
+
 Each step of the loop is an event: some job ends a compute or communication
 phase, or a re-ranking tick is due. ``event_bound`` gives, before running, an
 upper bound on their number (each job at most ends its phases at its ideal pace,
@@ -26,7 +34,7 @@ from typing import Callable, Optional, Sequence
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
-from leveller.core.rate import progress_rate
+from leveller.core.rate import Sample, history_horizon, progress_rate, trim_history
 
 LINK = "link"
 
@@ -53,6 +61,19 @@ class LinkJob:
 
 
 @dataclass(frozen=True)
+class Starve:
+    """Job ``job`` (index) cannot communicate in [start, end): an unmanaged flow holds its own link."""
+
+    job: int
+    start: Fraction
+    end: Fraction
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"a starvation needs 0 <= start < end, got [{self.start}, {self.end})")
+
+
+@dataclass(frozen=True)
 class Segment:
     """Job ``job`` (index) spends [start, end) in ``kind``: compute, send, share or wait."""
 
@@ -71,6 +92,7 @@ class LinkResult:
     rates: tuple[Fraction, ...]
     segments: tuple[Segment, ...] = field(default=(), repr=False)
     events: int = 0
+    ends: tuple[tuple[Fraction, ...], ...] = field(default=(), repr=False)  # iteration end times per job
 
     @property
     def min(self) -> Fraction:
@@ -86,13 +108,14 @@ def job_name(index: int) -> str:
     return str(index + 1)
 
 
-def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Optional[Fraction]) -> int:
+def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Optional[Fraction], starvations: int = 0) -> int:
     """Upper bound on the events of ``simulate_link(jobs, policy with tau, cycles)``.
 
     A job finishes at most horizon / ideal iterations (it cannot beat its ideal time),
-    i.e. at most two phase ends each (+ one partial iteration); ticks come every tau."""
+    i.e. at most two phase ends each (+ one partial iteration); ticks come every tau,
+    and every starvation adds its two ends."""
     horizon = cycles * max(Fraction(j.ideal) for j in jobs)
-    bound = sum(2 * (math.floor(horizon / j.ideal) + 1) for j in jobs) + 1
+    bound = sum(2 * (math.floor(horizon / j.ideal) + 1) for j in jobs) + 1 + 2 * starvations
     if tau:
         bound += math.floor(horizon / Fraction(tau))
     return bound
@@ -106,13 +129,19 @@ def simulate_link(
     record_until: Fraction = Fraction(0),
     on_progress: Optional[Callable[[float], None]] = None,
     progress_every: int = 2048,
+    rate_window: Optional[Fraction] = None,
+    rate_half_life: Optional[Fraction] = None,
+    starve: Sequence[Starve] = (),
+    record_ends: bool = False,
 ) -> LinkResult:
     """Run until ``cycles`` x the longest ideal iteration; R_j = N_j * T_j / horizon.
 
     ``levels`` = switch priority levels K (default: one per job, i.e. unlimited).
     Segments are recorded for t < ``record_until`` (for timeline pictures).
     ``on_progress(fraction of the horizon done)`` is called every ``progress_every``
-    events and once at the end (1.0).
+    events and once at the end (1.0). ``rate_window`` / ``rate_half_life``: the R the
+    policy ranks by (see leveller.core.rate); the reported rates stay cumulative.
+    ``starve``: disturbances (see Starve). ``record_ends``: keep iteration end times.
     """
     if not jobs:
         raise ValueError("need at least one job")
@@ -122,6 +151,12 @@ def simulate_link(
     k = n if levels is None else levels
     if k < 1:
         raise ValueError(f"levels K must be >= 1, got {k}")
+    for d in starve:
+        if not 0 <= d.job < n:
+            raise ValueError(f"starvation of job index {d.job}: there are {n} jobs")
+    horizon_of_rate = history_horizon(rate_window, rate_half_life)
+    if horizon_of_rate is not None:
+        progress_rate(0, 1, 0, 0, window=rate_window, half_life=rate_half_life)  # options checked up front
     names = [job_name(i) for i in range(n)]
     ideal = [j.ideal for j in jobs]
     horizon = cycles * max(ideal)
@@ -130,10 +165,17 @@ def simulate_link(
     rem = [Fraction(j.compute) for j in jobs]
     iters = [0] * n
     segs: list[list] = []  # [job, kind, start, end], merged when contiguous
+    history: list[list[Sample]] = [[(Fraction(0), 0)] for _ in range(n)]  # (end time, iterations) per job
+    ends: list[list[Fraction]] = [[] for _ in range(n)]
+    bounds = sorted({t for d in starve for t in (Fraction(d.start), Fraction(d.end))})
+
+    def starved(i: int, now: Fraction) -> bool:
+        return any(d.job == i and d.start <= now < d.end for d in starve)
 
     def rerank(now: Fraction) -> list[int]:
         views = [
-            JobView(name=names[i], rate=progress_rate(iters[i], ideal[i], 0, now), gpus=jobs[i].gpus,
+            JobView(name=names[i], rate=progress_rate(iters[i], ideal[i], 0, now, history[i], rate_window,
+                                                      rate_half_life), gpus=jobs[i].gpus,
                     compute=jobs[i].compute, comm=jobs[i].comm)
             for i in range(n)
         ]
@@ -160,7 +202,7 @@ def simulate_link(
         if on_progress is not None and events % progress_every == 0:
             on_progress(float(t / horizon))
         share = [Fraction(0)] * n
-        active = [i for i in range(n) if sending[i]]
+        active = [i for i in range(n) if sending[i] and not (starve and starved(i, t))]
         if active:
             top = max(level[i] for i in active)
             winners = [i for i in active if level[i] == top]
@@ -175,6 +217,10 @@ def simulate_link(
                 dt = min(dt, rem[i] / share[i])
         if next_tick is not None:
             dt = min(dt, next_tick - t)
+        while bounds and bounds[0] <= t:
+            bounds.pop(0)
+        if bounds:
+            dt = min(dt, bounds[0] - t)
         if t < record_until:
             for i in range(n):
                 kind = "compute" if not sending[i] else (
@@ -193,6 +239,12 @@ def simulate_link(
                     iters[i] += 1
                     ended = True
                     rem[i] = Fraction(jobs[i].compute)
+                    if record_ends:
+                        ends[i].append(t)
+                    if horizon_of_rate is not None:
+                        history[i].append((t, iters[i]))
+                        if len(history[i]) > 64 and history[i][1][0] <= t - horizon_of_rate:
+                            history[i] = trim_history(history[i], t, horizon_of_rate)
                 else:
                     rem[i] = Fraction(jobs[i].comm)
                 sending[i] = not sending[i]
@@ -205,4 +257,5 @@ def simulate_link(
         on_progress(1.0)
     rates = tuple(Fraction(iters[i]) * ideal[i] / horizon for i in range(n))
     segments = tuple(Segment(s[0], s[1], s[2], s[3]) for s in segs)
-    return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments, events)
+    return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments, events,
+                      tuple(tuple(e) for e in ends) if record_ends else ())

@@ -1,0 +1,166 @@
+"""Recovery after a disturbance: how each kind of R (cumulative, windowed, decayed) behaves.
+
+A job is starved for a while by an unmanaged flow (on a link only it uses);
+then everything runs as before. What we measure, from the jobs' iteration end
+times (simulated here, logged on the testbed by leveller.demo.recovery):
+
+- steady min R: min over jobs of R over the steady stretch before the
+  disturbance (from ``warmup`` to its start), the paper's R over that stretch;
+- min R(t): min over jobs of R over the last ``measure_s`` seconds before t,
+  progress interpolated linearly inside an iteration (no +-1 iteration steps);
+  the same yardstick for every kind of R, whatever the policy ranks by;
+- recovery time: from the end of the disturbance until min R(t) is back within
+  ``band`` (5 %) of the steady min R and stays there for ``hold_s`` seconds
+  (None: not within the run);
+- dip min R: the lowest min R(t) once its window has left the disturbance
+  (what the catch-up costs the other jobs);
+- final min R: the paper's R over the last ``final_s`` seconds of the run.
+
+Pure functions over end times, plus the simulator driver (leveller.sim.link).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Callable, Optional, Sequence
+
+Ends = Sequence[float]  # iteration end times of one job, increasing
+
+
+@dataclass(frozen=True)
+class RateMode:
+    """Which R the policy ranks by: cumulative (both None), over a window, or decayed."""
+
+    window_s: Optional[float] = None
+    half_life_s: Optional[float] = None
+
+    @property
+    def name(self) -> str:
+        if self.window_s is not None:
+            return f"window {self.window_s:g} s"
+        if self.half_life_s is not None:
+            return f"half-life {self.half_life_s:g} s"
+        return "cumulative"
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    job: str  # the starved job
+    start_s: float
+    duration_s: float
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class RecoveryFigures:
+    mode: str
+    window_s: Optional[float]
+    half_life_s: Optional[float]
+    steady_min: float
+    recovery_s: Optional[float]
+    dip_min: float  # lowest min R(t) once the measurement window no longer covers the disturbance
+    final_min: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def progress(ends: Ends, start: float, t: float) -> float:
+    """Iterations done by ``t``, counting the running iteration by the share of it elapsed (its length
+    taken as the next recorded one; after the last end, whole iterations only)."""
+    k = bisect.bisect_right(ends, t)
+    if k == len(ends):
+        return float(k)
+    prev = ends[k - 1] if k else start
+    if t <= prev:
+        return float(k)
+    return k + (t - prev) / (ends[k] - prev)
+
+
+def stretch_rate(ends: Ends, start: float, ideal: float, a: float, b: float) -> float:
+    """R of a job over [a, b] (interpolated progress times its ideal time over the stretch)."""
+    if not b > a:
+        raise ValueError(f"empty stretch [{a}, {b}]")
+    return (progress(ends, start, b) - progress(ends, start, a)) * ideal / (b - a)
+
+
+def recovery_figures(mode: RateMode, ends: dict[str, Ends], starts: dict[str, float], ideal: dict[str, float],
+                     disturbance: Disturbance, horizon_s: float, warmup_s: float, measure_s: float = 10.0,
+                     hold_s: float = 10.0, band: float = 0.05, step_s: float = 0.25,
+                     final_s: float = 30.0) -> RecoveryFigures:
+    """The figures of one run (see the module docstring); times in seconds from the common start."""
+    if not warmup_s + measure_s <= disturbance.start_s:
+        raise ValueError(f"the disturbance at {disturbance.start_s:g} s leaves no steady stretch after a "
+                         f"{warmup_s:g} s warm-up and a {measure_s:g} s measurement window")
+    if not disturbance.end_s + hold_s <= horizon_s:
+        raise ValueError(f"the run ({horizon_s:g} s) ends before the disturbance ({disturbance.end_s:g} s) "
+                         f"plus the hold time {hold_s:g} s")
+
+    def min_rate(a: float, b: float) -> float:
+        return min(stretch_rate(ends[j], starts[j], ideal[j], a, b) for j in ends)
+
+    steady = min_rate(warmup_s, disturbance.start_s)
+    times, t = [], disturbance.end_s
+    while t <= horizon_s + 1e-9:
+        times.append(t)
+        t += step_s
+    series = [min_rate(x - measure_s, x) for x in times]
+    inside = [abs(m - steady) <= band * steady for m in series]
+    hold = max(1, round(hold_s / step_s))
+    recovery = None
+    run = 0  # consecutive samples inside the band, ending at i
+    for i, ok in enumerate(inside):
+        run = run + 1 if ok else 0
+        if run > hold:
+            recovery = times[i - hold] - disturbance.end_s
+            break
+    after = [m for x, m in zip(times, series) if x >= disturbance.end_s + measure_s] or series
+    return RecoveryFigures(mode.name, mode.window_s, mode.half_life_s, steady, recovery, min(after),
+                           min_rate(max(disturbance.end_s, horizon_s - final_s), horizon_s))
+
+
+# ---- the fluid simulator ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SimSetup:
+    """Jobs C:M (seconds) on one link, job ``disturbance.job`` starved; leveller re-ranks every ``tau_s``."""
+
+    jobs: tuple[tuple[Fraction, Fraction], ...]
+    disturbance: Disturbance
+    horizon_s: float
+    warmup_s: float
+    tau_s: Fraction = Fraction(0)
+    levels: Optional[int] = None
+
+
+def simulate_recovery(setup: SimSetup, modes: Sequence[RateMode], measure_s: float = 10.0,
+                      hold_s: float = 10.0, band: float = 0.05,
+                      on_mode: Callable[[str], None] = lambda _: None) -> list[RecoveryFigures]:
+    """One simulator run per mode (leveller.sim.link), each measured by :func:`recovery_figures`."""
+    from leveller.core.policies import LevellerPolicy
+    from leveller.sim.link import LinkJob, Starve, job_name, simulate_link
+
+    jobs = [LinkJob(c, m) for c, m in setup.jobs]
+    names = [job_name(i) for i in range(len(jobs))]
+    if setup.disturbance.job not in names:
+        raise ValueError(f"starved job {setup.disturbance.job!r} is not one of {names}")
+    d = setup.disturbance
+    starve = [Starve(names.index(d.job), Fraction(d.start_s), Fraction(d.start_s) + Fraction(d.duration_s))]
+    longest = max(j.ideal for j in jobs)
+    cycles = int(Fraction(setup.horizon_s) / longest) + 1
+    out = []
+    for mode in modes:
+        on_mode(mode.name)
+        res = simulate_link(jobs, LevellerPolicy(tau=setup.tau_s), cycles=cycles, levels=setup.levels,
+                            rate_window=None if mode.window_s is None else Fraction(mode.window_s),
+                            rate_half_life=None if mode.half_life_s is None else Fraction(mode.half_life_s),
+                            starve=starve, record_ends=True)
+        ends = {names[i]: [float(t) for t in res.ends[i]] for i in range(len(jobs))}
+        out.append(recovery_figures(mode, ends, {n: 0.0 for n in names}, {n: float(j.ideal) for n, j in zip(names, jobs)},
+                                    d, setup.horizon_s, setup.warmup_s, measure_s, hold_s, band))
+    return out
