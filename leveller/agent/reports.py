@@ -119,7 +119,8 @@ def merge_progress(sources: Iterable[Mapping[str, JobProgress]]) -> dict[str, Jo
 
 def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[FlowKey, FlowSample],
                  classifier: Classifier, ideal_times: Mapping[str, float], now: float,
-                 on_reject: Callable[[str, str], None] | None = None) -> Report:
+                 on_reject: Callable[[str, str], None] | None = None,
+                 weights: Mapping[str, float] | None = None) -> Report:
     """The report for this host as the controller will accept it (checked at ``now``, this host's clock).
 
     Jobs without a known start time are not reported yet; a job the controller's checks would refuse, or
@@ -130,7 +131,8 @@ def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[
         if p.start_time is None:
             continue
         recent = tuple((n, t) for n, t in p.recent if 1 <= n <= p.iterations and t >= p.start_time)
-        job = JobReport(name, p.iterations, p.start_time, ideal_times.get(name), recent)
+        job = JobReport(name, p.iterations, p.start_time, ideal_times.get(name), recent,
+                        (weights or {}).get(name))
         field = f"jobs[{len(jobs)}]"
         try:
             if len(jobs) >= MAX_JOBS:

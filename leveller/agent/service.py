@@ -110,6 +110,7 @@ class Agent:
     flows: FlowSource = field(default_factory=NoFlows)
     classifier: Classifier = field(default_factory=Classifier)
     ideal_times: Mapping[str, float] = field(default_factory=dict)
+    weights: Mapping[str, float] = field(default_factory=dict)  # declared job weights (--job-weight)
     clock: Callable[[], float] = time.time  # wall clock: times of log lines and reports
     monotonic: Callable[[], float] = time.monotonic  # the lease's clock
     lease: Lease = field(default_factory=Lease)  # expiry on the monotonic clock
@@ -184,7 +185,7 @@ class Agent:
         self.poll_logs(now)
         progress = merge_progress(tracker.jobs for _, tracker in self.logs)
         return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times,
-                            now, self.rejected)
+                            now, self.rejected, self.weights)
 
     def step(self) -> StepResult:
         built_at = self.clock()

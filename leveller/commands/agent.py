@@ -44,6 +44,7 @@ examples:
       --pattern '\\| step (?P<iter>\\d+)/' --ideal-time gpt=1.2 --metrics-port 9110
   leveller agent --controller 127.0.0.1:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
       --dev eth0 --netns h1 --overlap --shift-dir /tmp/shifts
+  leveller agent --controller 10.0.0.254:50051 --log /tmp/big.log --job-weight big=4
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-cgroup", action="append", default=[], metavar="JOB=CGROUP_DIR")
     parser.add_argument("--ideal-time", action="append", default=[], metavar="JOB=SECONDS",
                         help="known ideal iteration time (else the controller profiles the job)")
+    parser.add_argument("--job-weight", action="append", default=[], metavar="JOB=W",
+                        help="declare a job's operator weight: leveller ranks by R / W, so a job of weight 4 "
+                        "keeps priority until its R is 4 times the others' (default 1 = the paper; a "
+                        "`leveller controller --job-weight` for the job wins), e.g. --job-weight big=4")
     parser.add_argument("--dev", help="egress interface for the eBPF datapath (needs root); without it no "
                         "flows are reported and nothing is marked")
     parser.add_argument("--netns", help="network namespace of --dev")
@@ -231,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
     if args.shift_dir:
         from leveller.agent.shifts import ShiftFiles
         shift_files = ShiftFiles(args.shift_dir)
+    from leveller.commands.options import parse_weights
+
+    weights = parse_weights(args.job_weight)
     secret = load_secret(args.secret_file)
     stop = threading.Event()
 
@@ -264,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)
             agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
-                          ideal_times=ideal_times, metrics=metrics, rejected=rejected,
+                          ideal_times=ideal_times, weights=weights, metrics=metrics, rejected=rejected,
                           overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files)
             timer = threading.Timer(args.duration, stop.set) if args.duration else None
             if timer:

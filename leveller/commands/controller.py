@@ -13,11 +13,19 @@ interleaved in time: whenever the jobs on the links change, one time shift per
 job from leveller.core.cassini, sent to the agents, which pass it to the jobs
 through --shift-dir; needs --job-shape JOB=C:M[:G[:S]] and ideal times).
 
+R is the paper's, cumulative since each job started, unless --rate-window S (R over
+the last S seconds) or --rate-half-life S (iterations and time decayed with half-life
+S) asks for one that forgets: after a disturbance (a job starved for a while by
+traffic LEVELLER does not manage) the cumulative R keeps favouring that job until
+its deficit is repaid, at the others' expense; a decayed R lets it go after a few
+half-lives. See README "Which R". --job-weight JOB=W ranks that job by R / W.
+
 examples:
   leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
   leveller controller --listen 10.0.0.254:50051 --paths sdn:http://127.0.0.1:8080 --metrics-port 9109
   leveller controller --policy cassini --paths sdn:/run/leveller/lab --job-shape j1=0.5:0.5 \
       --job-shape j2=0.5:0.5
+  leveller controller --rate-half-life 10 --job-weight big=4 --reprofile-drift 0.25
 """
 
 from __future__ import annotations
@@ -45,6 +53,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paths", default="single", help="path source (see above; default single)")
     parser.add_argument("--reprofile", type=float, metavar="S",
                         help="re-measure ideal times about every S seconds (jittered); default never")
+    parser.add_argument("--reprofile-drift", type=float, metavar="TOL",
+                        help="profile a job again when its iterations say its time alone moved by more than "
+                        "TOL (e.g. 0.25 = 25%%): recent iterations faster than ideal / (1 + TOL), or, while it "
+                        "holds the top priority, slower than ideal x (1 + TOL); default off")
+    parser.add_argument("--rate-window", type=float, metavar="S",
+                        help="rank by R over the last S seconds instead of since each job's start "
+                        "(e.g. --rate-window 30)")
+    parser.add_argument("--rate-half-life", type=float, metavar="S",
+                        help="rank by R from iterations and time decayed with half-life S seconds "
+                        "(e.g. --rate-half-life 10)")
+    parser.add_argument("--job-weight", action="append", default=[], metavar="JOB=W",
+                        help="operator weight of a job: leveller ranks by R / W, so weight 4 keeps a job "
+                        "ahead until its R is 4 times the others' (default 1 = the paper; wins over a "
+                        "weight the job's agent declares), e.g. --job-weight big=4")
     parser.add_argument("--job-shape", action="append", default=[], metavar="JOB=C:M[:G]",
                         help="compute and communication seconds per iteration (GPUs, and slack: how long "
                         "before the compute ends the communication starts) of a job: what --policy crux ranks "
@@ -54,6 +76,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--json", action="store_true", help="one JSON object per decision on stdout")
     parser.set_defaults(func=run)
+
+
+def check_rate_options(args: argparse.Namespace) -> None:
+    """--rate-window / --rate-half-life / --reprofile-drift: in range, not both kinds of R."""
+    import math
+
+    for option, value in (("--rate-window", args.rate_window), ("--rate-half-life", args.rate_half_life)):
+        if value is not None and not (math.isfinite(value) and args.tau <= value <= 86400):
+            raise UserError(f"{option} {value:g}: must be between --tau ({args.tau:g} s) and 86400 seconds "
+                            f"(e.g. {option} 30)")
+    if args.rate_window is not None and args.rate_half_life is not None:
+        raise UserError("give --rate-window or --rate-half-life, not both")
+    drift = args.reprofile_drift
+    if drift is not None and not (math.isfinite(drift) and 0.01 <= drift <= 10):
+        raise UserError(f"--reprofile-drift {drift:g}: a relative tolerance in [0.01, 10] (e.g. 0.25 = 25%)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     if args.stale_after is not None and not args.stale_after > args.tau:
         raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
     shapes = dict(parse_shape(s) for s in args.job_shape)
+    check_rate_options(args)
+    from leveller.commands.options import parse_weights
+
+    weights = parse_weights(args.job_weight)
     secret = load_secret(args.secret_file)
     paths = path_provider(args.paths)
     level_map = default_level_map(args.levels)
@@ -85,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
-                     on_iteration=args.on_iteration)
+                     on_iteration=args.on_iteration, weights=weights, rate_window=args.rate_window,
+                     rate_half_life=args.rate_half_life, drift_tolerance=args.reprofile_drift)
     try:
         server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
     except (OSError, RuntimeError) as exc:

@@ -57,12 +57,16 @@ def run(args: argparse.Namespace) -> int:
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"
                       if stale else ""))
                   + (f"  [red]last error: {status['last_error']}[/]" if status.get("last_error") else ""))
-    jobs = Table("job", "iterations", "ideal s", "R", "state", title="jobs (highest priority first)"
-                 if status.get("order") else "jobs")
+    mode = status.get("rate") or {}
+    kind = (f"R over the last {mode['window_s']:g} s" if mode.get("window_s") else
+            f"R decayed, half-life {mode['half_life_s']:g} s" if mode.get("half_life_s") else "cumulative R")
+    jobs = Table("job", "iterations", "ideal s", "R", "weight", "state",
+                 title=f"jobs ({kind}{', highest priority first' if status.get('order') else ''})")
     order = status.get("order") or []
     for j in sorted(status["jobs"], key=lambda j: order.index(j["job"]) if j["job"] in order else len(order)):
         state = "profiling" if j["profiling"] else ("waiting for profile" if j["ideal_time"] is None else "")
-        jobs.add_row(j["job"], str(j["iterations"]), _fmt(j["ideal_time"]), _fmt(j["rate"]), state)
+        jobs.add_row(j["job"], str(j["iterations"]), _fmt(j["ideal_time"]), _fmt(j["rate"]),
+                     _fmt(j.get("weight", 1.0), "g"), state)
     console.print(jobs)
     agents = Table("host", "last report s ago", "jobs", "flows", title="agents")
     for a in status["agents"]:

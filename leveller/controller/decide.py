@@ -35,6 +35,11 @@ class JobInput:
     start_time: float
     ideal_time: float | None
     profiling: bool = False
+    weight: float = 1.0  # operator weight: leveller ranks by R / weight
+    work: float | None = None  # ideal-seconds done (None: iterations x ideal_time)
+    history: tuple[tuple[float, float], ...] = ()  # (time, ideal-seconds) samples for a windowed/decayed R
+    window: float | None = None  # R over the last `window` seconds (leveller.core.rate)
+    half_life: float | None = None  # R from decayed iterations and time
 
 
 @dataclass(frozen=True)
@@ -120,13 +125,16 @@ class Decision:
 
 
 def job_rate(job: JobInput, now: float) -> float | None:
-    """R of a job at ``now`` (None without an ideal time), at most MAX_RATE.
+    """R of a job at ``now`` (None without an ideal time), at most MAX_RATE: cumulative, or over a
+    window, or decayed, as the job's input says (leveller.core.rate.progress_rate on ideal-seconds).
 
     Reports bound iterations and ideal times, so R is finite; the cap keeps status and
     metrics meaningful (and JSON-encodable) whatever a misconfigured ideal time gives."""
     if job.ideal_time is None:
         return None
-    rate = float(progress_rate(job.iterations, job.ideal_time, job.start_time, max(now, job.start_time)))
+    work = job.iterations * job.ideal_time if job.work is None else job.work
+    rate = float(progress_rate(work, 1.0, job.start_time, max(now, job.start_time), job.history, job.window,
+                               job.half_life))
     return rate if rate <= MAX_RATE else MAX_RATE  # also maps an infinite or NaN R to the cap
 
 
@@ -140,7 +148,7 @@ def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
     for j in jobs:
         shape = shapes.get(j.name)
         rate = rates[j.name] if rates[j.name] is not None else (None if j.profiling else 0.0)
-        views.append(JobView(j.name, rate=rate, profiling=j.profiling,
+        views.append(JobView(j.name, rate=rate, profiling=j.profiling, weight=j.weight,
                              gpus=shape.gpus if shape else 1, compute=shape.compute if shape else None,
                              comm=shape.comm if shape else None))
     return policy.order(views), rates

@@ -47,7 +47,9 @@ class Controller:
                  lease_s: float | None = None, stale_after_s: float | None = None,
                  reprofile_interval_s: float | None = None, metrics: ControllerMetrics | None = None,
                  shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
+                 rate_window: float | None = None, rate_half_life: float | None = None,
+                 drift_tolerance: float | None = None) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -56,7 +58,9 @@ class Controller:
         self.on_iteration = on_iteration
         self._wake = threading.Event()
         self.lease_s = lease_s if lease_s is not None else 3 * tau_s
-        self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s)
+        self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s,
+                                 weights=weights, rate_window=rate_window, rate_half_life=rate_half_life,
+                                 drift_tolerance=drift_tolerance)
         self._published: Published | None = None  # read by the metrics when Prometheus scrapes
         self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, flow_label)
         self.flows = FlowTable()
@@ -148,10 +152,11 @@ class Controller:
             return {
                 "now": now, "epoch": self.epoch, "policy": self.policy.name, "levels": self.level_map.levels,
                 "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error,
+                "rate": {"window_s": self.registry.rate_window, "half_life_s": self.registry.rate_half_life},
                 "decision_age_s": self.decision_age() if d else None,
                 "order": d.order if d else None,
                 "jobs": [{"job": j.name, "iterations": j.iterations, "start_time": j.start_time,
-                          "ideal_time": j.ideal_time, "profiling": j.profiling,
+                          "ideal_time": j.ideal_time, "profiling": j.profiling, "weight": j.weight,
                           "rate": d.rates.get(j.name) if d else None} for j in jobs],
                 "agents": [{"host": a.report.host, "age_s": now - a.received_at, "jobs": len(a.report.jobs),
                             "flows": len(a.report.flows)} for a in self.registry.live(now)],
@@ -189,6 +194,7 @@ class Controller:
                 if unrouted:
                     self.flows.set_links([(f, links.get(f)) for f in unrouted])
                 self.registry.update_profiling(now)
+                self.registry.sample(now)
                 jobs = self.registry.job_inputs(now)
                 ids = self.flows.live()
                 snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
@@ -203,6 +209,7 @@ class Controller:
             self.metrics.step_errors.inc()
             raise
         with self._lock:
+            self.registry.note_order(decision.order, now)
             self.decision = decision
             self._decided_at = inputs_at
             self.epoch += 1

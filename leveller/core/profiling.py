@@ -5,7 +5,9 @@ everywhere, so its iteration time equals its ideal time plus noise. The
 estimate is the median of the measured iteration durations: robust to the odd
 slow iteration (checkpoint, data-loader hiccup) in a way a mean is not.
 Re-profiling opens a new window; the previous estimate stays valid until the
-new window has enough samples. Pure: timestamps are arguments.
+new window has enough samples. It happens on a (jittered) schedule or when the
+iteration time alone has drifted (:func:`drifted`: e.g. a phase of training
+with a different compute time). Pure: timestamps are arguments.
 """
 
 from __future__ import annotations
@@ -38,6 +40,30 @@ def next_reprofile_time(last: Number, mean_interval: Number, u: float) -> Number
     if not 0 <= u < 1:
         raise ValueError(f"u must be in [0, 1), got {u!r}")
     return last + mean_interval * (0.5 + u)
+
+
+def drifted(any_priority: Sequence[Number], at_top: Sequence[Number], ideal: Number, tolerance: float,
+            samples: int = 5) -> Optional[str]:
+    """Whether a job's iteration time alone has moved away from ``ideal``, and which way.
+
+    ``any_priority``: recent iteration durations whatever the job's priority; no
+    iteration can beat the time alone, so a median of the last ``samples`` below
+    ideal / (1 + tolerance) means the job got faster ("faster"). ``at_top``:
+    durations of iterations run entirely at the unique top priority (the job
+    first in the order: its time alone plus noise); a median of the last
+    ``samples`` above ideal * (1 + tolerance) means it got slower ("slower").
+    None while there are too few samples or the medians stay inside. Medians,
+    so a few odd iterations (a checkpoint) trigger nothing.
+    """
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
+    if not ideal > 0:
+        raise ValueError(f"ideal must be > 0, got {ideal!r}")
+    if len(any_priority) >= samples and median(any_priority[-samples:]) * (1 + tolerance) < ideal:
+        return "faster"
+    if len(at_top) >= samples and median(at_top[-samples:]) > ideal * (1 + tolerance):
+        return "slower"
+    return None
 
 
 @dataclass

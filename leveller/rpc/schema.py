@@ -7,7 +7,7 @@ refused too, so a typo never passes silently.
 
     Report (agent -> controller, every tau)
       {"v": 1, "host": str, "run": hex str, "seq": int,
-       "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?}],
+       "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?, "weight"?}],
        "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}]}
       run/seq: the sending agent process's random id and the report's number in it
       (leveller.rpc.replay: the controller refuses a report that is not newer).
@@ -55,6 +55,7 @@ MAX_LEVELS = 8
 MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
 MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock or data error)
 MAX_IDEAL_S = 86400.0  # an ideal iteration time above one day is a unit or data error (and would make R explode)
+MIN_WEIGHT, MAX_WEIGHT = 0.001, 1000.0  # operator weights of a job (leveller ranks by R / weight)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
 _inet_pton = socket.inet_pton
@@ -69,6 +70,7 @@ class JobReport:
     start_time: float
     ideal_time: float | None = None
     recent: tuple[tuple[int, float], ...] = ()  # (iteration number, unix end time), oldest first
+    weight: float | None = None  # declared operator weight (None: not declared, 1)
 
 
 class FlowReport(NamedTuple):  # tuples: a controller builds 100,000 of them per second
@@ -173,6 +175,11 @@ def check_ideal_time(value: Any, field: str) -> float:
     return _num(value, field, 0, MAX_IDEAL_S, lo_open=True)
 
 
+def check_weight(value: Any, field: str) -> float:
+    """An operator weight: a finite number in [MIN_WEIGHT, MAX_WEIGHT] (1 = the paper's ranking)."""
+    return _num(value, field, MIN_WEIGHT, MAX_WEIGHT)
+
+
 def check_not_future(value: float, field: str, now: float) -> float:
     """A time at most MAX_FUTURE_S after ``now`` (the checking host's clock)."""
     if value > now + MAX_FUTURE_S:
@@ -217,12 +224,14 @@ def job_to_wire(j: JobReport) -> dict[str, Any]:
                              "recent": [[n, t] for n, t in j.recent]}
     if j.ideal_time is not None:
         entry["ideal_time"] = j.ideal_time
+    if j.weight is not None:
+        entry["weight"] = j.weight
     return entry
 
 
 def job_from_wire(raw: Any, f: str) -> JobReport:
     """Validate one entry of a report's ``jobs`` list (``f`` is its field path, e.g. ``jobs[2]``)."""
-    _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent"))
+    _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent", "weight"))
     job = check_name(raw["job"], f"{f}.job")
     iterations = check_iterations(raw["iterations"], f"{f}.iterations")
     start = check_time(raw["start_time"], f"{f}.start_time")
@@ -234,7 +243,9 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
             raise SchemaError(f"{f}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
         recent.append((_int(pair[0], f"{f}.recent[{k}][0]", 1, iterations),
                        check_time(pair[1], f"{f}.recent[{k}][1]", start)))
-    return JobReport(job, iterations, start, ideal, tuple(recent))
+    weight = raw.get("weight")
+    weight = None if weight is None else check_weight(weight, f"{f}.weight")
+    return JobReport(job, iterations, start, ideal, tuple(recent), weight)
 
 
 def report_to_wire(report: Report) -> dict[str, Any]:
