@@ -23,6 +23,8 @@ examples:
       --compute 0.25 --comm 0.5 --rate 100M --duration 60 --log /tmp/j1.log
   leveller job --name j2 --worker 10.0.0.2@h2 --worker 10.0.0.4@h4 --compute 1 --comm 0.25 \
       --slack 0.75 --rate 100M --duration 60 --log /tmp/j2.log --shift-file /tmp/shifts/j2.shift
+  leveller job --name drift --worker 127.0.0.1 --worker 127.0.0.1 --pace \\
+      --compute 0.1 --comm 0.1 --compute-change 20:0.4 --duration 40
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="start communicating S seconds before the compute ends (overlap; default 0)")
     parser.add_argument("--shift-file", metavar="PATH",
                         help="follow CASSINI shift orders written here by an agent (--shift-dir)")
+    parser.add_argument("--compute-change", action="append", default=[], metavar="SECONDS:C",
+                        help="from SECONDS after the start, compute C seconds per iteration (a job whose time "
+                        "alone drifts, e.g. --compute-change 30:0.5); repeatable, in increasing SECONDS")
     parser.add_argument("--log", help="append the iteration lines to this file (what the agent tails)")
     parser.add_argument("--prefix", default="", help="command prefix for every worker, e.g. 'cgexec -g cpu:j1'")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of the lines")
@@ -68,13 +73,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, parse_rate, parse_worker
+    from leveller.jobs.spec import JobSpec, parse_compute_change, parse_rate, parse_worker
 
     spec = JobSpec(name=args.name, workers=tuple(parse_worker(w) for w in args.worker),
                    compute_s=args.compute, comm_s=args.comm, rate_bps=parse_rate(args.rate),
                    pattern=args.pattern, port=args.port, iterations=args.iterations,
                    duration_s=args.duration, pace=args.pace, window_bytes=args.window, slack_s=args.slack,
-                   shift_file=args.shift_file)
+                   shift_file=args.shift_file,
+                   compute_changes=tuple(parse_compute_change(c) for c in args.compute_change))
     times: list[float] = []
     lock = threading.Lock()
 

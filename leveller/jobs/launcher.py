@@ -23,7 +23,7 @@ LineHandler = Callable[[int, str], None]
 
 
 def worker_argv(spec: JobSpec, rank: int, deadline: float | None, log: str | None,
-                prefix: Sequence[str] = (), python: str = sys.executable) -> list[str]:
+                prefix: Sequence[str] = (), python: str = sys.executable, started_at: float = 0.0) -> list[str]:
     """The command line that starts worker ``rank`` (namespace prefix first)."""
     place = spec.workers[rank]
     argv = list(prefix)
@@ -49,6 +49,8 @@ def worker_argv(spec: JobSpec, rank: int, deadline: float | None, log: str | Non
         argv += ["--slack", repr(spec.slack_s), "--wait", repr(spec.wait_s)]
     if spec.shift_file:
         argv += ["--shift-file", spec.shift_file]
+    for at, compute in spec.compute_changes:
+        argv += ["--compute-change", f"{started_at + at:.3f}:{compute!r}"]
     return argv
 
 
@@ -88,7 +90,8 @@ class JobRun:
         self._stderr = [[] for _ in range(n)]
         try:
             for rank in range(n):
-                argv = worker_argv(self.spec, rank, self.deadline, self.log, self.prefix)
+                argv = worker_argv(self.spec, rank, self.deadline, self.log, self.prefix,
+                                   started_at=self.started_at)
                 try:
                     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 except FileNotFoundError as exc:

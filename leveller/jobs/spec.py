@@ -39,6 +39,16 @@ def parse_worker(text: str) -> WorkerPlace:
     return WorkerPlace(addr, netns or None)
 
 
+def parse_compute_change(text: str) -> tuple[float, float]:
+    """``SECONDS:C``: from SECONDS after the start, compute C seconds per iteration."""
+    at, _, compute = text.partition(":")
+    try:
+        return float(at), float(compute)
+    except ValueError:
+        raise UserError(f"--compute-change {text!r}: expected SECONDS:C, e.g. 30:0.5 (from 30 s on, compute "
+                        "0.5 s per iteration)") from None
+
+
 def parse_rate(text: str) -> float:
     """Parse a bit rate such as ``100M``, ``1G``, ``2.5e9`` or ``100Mbit``; returns bits/s."""
     m = _RATE.fullmatch(text.strip())
@@ -68,6 +78,9 @@ class JobSpec:
     window_bytes: int | None = None  # clamp each connection's TCP window (bytes in flight per flow)
     slack_s: float = 0.0  # communication starts this long before the compute ends (overlap)
     shift_file: str | None = None  # CASSINI shift orders the workers follow (leveller.jobs.control)
+    # (seconds after the start, new compute seconds): the compute time changes mid-run, e.g. a phase of
+    # training with another model shape; what re-profiling is for
+    compute_changes: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -89,6 +102,12 @@ class JobSpec:
         if not (math.isfinite(self.slack_s) and 0 <= self.slack_s <= self.compute_s):
             raise UserError(f"--slack {self.slack_s!r}: must be in [0, --compute={self.compute_s!r}] seconds "
                             "(communication can start at most at the start of the compute)")
+        last = 0.0
+        for at, compute in self.compute_changes:
+            if not (math.isfinite(at) and at > last and math.isfinite(compute) and 0 <= compute <= 3600):
+                raise UserError(f"--compute-change {at:g}:{compute:g}: expected SECONDS:C with SECONDS > 0, "
+                                "increasing from one change to the next, and C in [0, 3600]")
+            last = at
         if self.iterations is None and self.duration_s is None:
             raise UserError("give --iterations or --duration (network traffic must be bounded in time)")
         if self.iterations is not None and self.iterations < 1:

@@ -20,7 +20,8 @@ after the deadline is a normal end, before it an error. With ``--pace BPS``
 the kernel paces every sending socket (SO_MAX_PACING_RATE), so the rate holds
 even without a shaped bottleneck (loopback tests). With ``--window BYTES`` every
 connection's TCP window is clamped (TCP_WINDOW_CLAMP), bounding the bytes a flow
-has in flight: below a switch queue's size, a flow starved by strict priority
+has in flight. With ``--compute-change UNIX_TIME:C`` iterations that start from
+then on compute C seconds (a drifting job, for re-profiling): below a switch queue's size, a flow starved by strict priority
 waits in the queue instead of losing packets (what a lossless class gives). At the end the worker
 prints ``leveller-done job=J rank=R iterations=N sent=BYTES received=BYTES``.
 """
@@ -69,6 +70,15 @@ class WorkerConfig:
     slack_s: float = 0.0  # the exchange starts this long before the compute ends
     wait_s: float = 0.0  # how long the exchange can wait without stalling (declared in a comm line)
     shift_file: str | None = None  # CASSINI shift orders (leveller.jobs.control)
+    compute_changes: tuple[tuple[float, float], ...] = ()  # (unix time, compute seconds from then on)
+
+    def compute_at(self, now: float) -> float:
+        """Compute seconds of an iteration starting at ``now``."""
+        compute = self.compute_s
+        for at, value in self.compute_changes:
+            if now >= at:
+                compute = value
+        return compute
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: memoryview) -> int:
@@ -220,11 +230,12 @@ class Worker:
         while (cfg.iterations is None or done < cfg.iterations) and (cfg.deadline is None or clock() < cfg.deadline):
             if follower is not None:
                 self._shift(follower, emit, clock, sleep)
+            compute = cfg.compute_at(clock())
             try:
                 if cfg.slack_s > 0:
-                    self._overlapped(exchange, emit, clock, sleep)
+                    self._overlapped(exchange, emit, clock, sleep, compute)
                 else:
-                    sleep(cfg.compute_s)
+                    sleep(compute)
                     exchange()
             except PeerClosed:
                 if cfg.deadline is not None and clock() >= cfg.deadline - 0.5:
@@ -248,10 +259,11 @@ class Worker:
             sleep(delay)
 
     def _overlapped(self, exchange: Callable[[], None], emit: Callable[[str], None], clock: Callable[[], float],
-                    sleep: Callable[[float], None]) -> None:
-        """Compute with the exchange started ``slack_s`` before the compute ends; both must finish."""
+                    sleep: Callable[[float], None], compute: float) -> None:
+        """Compute ``compute`` seconds with the exchange started ``slack_s`` before the compute ends (at its
+        start if the compute got shorter than the slack); both must finish."""
         cfg = self.cfg
-        sleep(cfg.compute_s - cfg.slack_s)
+        sleep(max(0.0, compute - cfg.slack_s))
         if cfg.wait_s > 0:
             emit(format_comm_line(cfg.job, cfg.rank, clock(), cfg.wait_s))
         errors: list[BaseException] = []
@@ -264,7 +276,7 @@ class Worker:
 
         comm = threading.Thread(target=communicate, daemon=True)
         comm.start()
-        sleep(cfg.slack_s)
+        sleep(min(cfg.slack_s, compute))
         comm.join()
         if errors:
             raise errors[0]
@@ -288,10 +300,13 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     p.add_argument("--slack", type=float, default=0.0, help="start the exchange this long before compute ends")
     p.add_argument("--wait", type=float, default=0.0, help="how long the exchange can wait (comm line)")
     p.add_argument("--shift-file", help="CASSINI shift orders to follow (leveller.jobs.control)")
+    p.add_argument("--compute-change", action="append", default=[], metavar="UNIX_TIME:C",
+                   help="compute C seconds per iteration from UNIX_TIME on")
     a = p.parse_args(argv)
     endpoints = tuple((e.rsplit(":", 1)[0].strip("[]"), int(e.rsplit(":", 1)[1])) for e in a.endpoint)
     cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
-                       a.connect_timeout, a.pace, a.window, a.slack, a.wait, a.shift_file)
+                       a.connect_timeout, a.pace, a.window, a.slack, a.wait, a.shift_file,
+                       tuple((float(at), float(c)) for at, _, c in (x.partition(":") for x in a.compute_change)))
     return cfg, a.log
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from leveller.jobs.launcher import JobRun
 from leveller.jobs.spec import JobSpec, WorkerPlace
 
@@ -114,3 +116,32 @@ def test_a_shift_file_delays_one_iteration_start_to_the_plans_phase(tmp_path: Pa
     assert len(re.findall(r"leveller-shift job=sh rank=\d plan=7 ", text)) == 2  # each rank, once
     first_end = min(float(m) for m in re.findall(r"iter=1 t=([0-9.]+)", text))
     assert start_at + 0.1 <= first_end <= start_at + 0.6  # the first iteration started on the phase
+
+
+def test_compute_time_changes_mid_run(tmp_path: Path) -> None:
+    # 0.05 s compute for the first 1.5 s, then 0.3 s: iterations get ~0.25 s longer
+    spec = JobSpec("drift", (LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
+                   duration_s=4.0, compute_changes=((1.5, 0.3),))
+    times: list[float] = []
+    on_line = lambda rank, line: times.append(float(line.rsplit("t=", 1)[1])) if rank == 0 else None  # noqa: E731
+    with JobRun(spec, on_line=on_line) as job:
+        results = job.wait()
+        start = job.started_at
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    gaps = [(b, b - a) for a, b in zip(times, times[1:])]
+    before = [g for t, g in gaps if t < start + 1.4]
+    after = [g for t, g in gaps if t > start + 2.0]
+    assert before and after
+    assert max(before) < 0.2 and min(after) > 0.25, (before, after)
+
+
+def test_compute_changes_are_validated() -> None:
+    from leveller.errors import UserError
+    from leveller.jobs.spec import parse_compute_change
+
+    assert parse_compute_change("30:0.5") == (30.0, 0.5)
+    with pytest.raises(UserError, match="--compute-change"):
+        parse_compute_change("30")
+    for bad in (((0.0, 1.0),), ((5.0, 1.0), (4.0, 1.0)), ((5.0, -1.0),)):
+        with pytest.raises(UserError, match="--compute-change"):
+            JobSpec("j", (LOOP, LOOP), 0.1, 0.1, 1e9, duration_s=10, compute_changes=bad)
