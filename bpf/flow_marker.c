@@ -7,6 +7,8 @@
  *                         the least recently seen flow, forwarding goes on)
  *   -DFLOW_DSCP_MAX=<n>   entries of flow_dscp_egress (plain hash: userspace
  *                         is the only writer and reports a full map)
+ *   -DFLOW_DSCP_STATS_MAX=<n> entries of flow_dscp_stats_egress (LRU, per
+ *                         flow and DSCP sent with)
  *
  * DSCP rewrites happen only while the agent's lease (flow_lease_egress, see
  * flow_marker.h) has not run out by the kernel clock.
@@ -36,6 +38,9 @@
 #ifndef FLOW_DSCP_MAX
 #error "FLOW_DSCP_MAX must be set with -DFLOW_DSCP_MAX=<entries>"
 #endif
+#ifndef FLOW_DSCP_STATS_MAX
+#error "FLOW_DSCP_STATS_MAX must be set with -DFLOW_DSCP_STATS_MAX=<entries>"
+#endif
 
 #define IP_FRAG_MASK 0x3fff /* MF flag | fragment offset */
 #define IPV4_TOS_OFF (ETH_HLEN + offsetof(struct iphdr, tos))
@@ -44,6 +49,7 @@
 BPF_TABLE("lru_hash", struct flow_key, struct flow_stats, flow_stats_egress, FLOW_STATS_MAX);
 BPF_HASH(flow_dscp_egress, struct flow_key, struct flow_dscp, FLOW_DSCP_MAX);
 BPF_ARRAY(flow_lease_egress, struct flow_lease, 1);
+BPF_TABLE("lru_hash", struct flow_dscp_key, struct flow_dscp_stats, flow_dscp_stats_egress, FLOW_DSCP_STATS_MAX);
 
 /* Read the L4 ports at l4 into key; 0 if the L4 header is truncated. */
 static __always_inline int parse_ports(void *l4, void *data_end, __u8 proto,
@@ -98,6 +104,31 @@ static __always_inline void count_packet(struct __sk_buff *skb, struct flow_key 
 	st->cgroup_id = cgroup_id;
 }
 
+/* Add this packet to its flow's counters for the DSCP it leaves with. */
+static __always_inline void count_dscp(struct __sk_buff *skb, struct flow_key *key, __u8 dscp)
+{
+	struct flow_dscp_key dk;
+	struct flow_dscp_stats *st;
+	__u64 bytes = skb->len - ETH_HLEN;
+	__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
+
+	__builtin_memset(&dk, 0, sizeof(dk));
+	dk.flow = *key;
+	dk.dscp = dscp & FLOW_DSCP_MASK;
+	st = flow_dscp_stats_egress.lookup(&dk);
+	if (!st) {
+		struct flow_dscp_stats fresh = { .bytes = bytes, .packets = segs };
+
+		if (flow_dscp_stats_egress.insert(&dk, &fresh) == 0)
+			return;
+		st = flow_dscp_stats_egress.lookup(&dk);
+		if (!st)
+			return;
+	}
+	__sync_fetch_and_add(&st->bytes, bytes);
+	__sync_fetch_and_add(&st->packets, segs);
+}
+
 /* Whether the agent's lease still runs (a deadline of 0 never does). */
 static __always_inline int lease_valid(void)
 {
@@ -143,9 +174,8 @@ static __always_inline void handle_ipv4(struct __sk_buff *skb, void *data, void 
 
 	count_packet(skb, &key);
 	dscp = wanted_dscp(&key);
-	if (dscp < 0)
-		return;
-	new_tos = (old_tos & 0x03) | (__u8)(dscp << 2);
+	new_tos = dscp < 0 ? old_tos : (old_tos & 0x03) | (__u8)(dscp << 2);
+	count_dscp(skb, &key, new_tos >> 2);
 	if (new_tos == old_tos)
 		return;
 	/* TOS is the low byte of the header's first 16-bit word. */
@@ -179,10 +209,9 @@ static __always_inline void handle_ipv6(struct __sk_buff *skb, void *data, void 
 
 	count_packet(skb, &key);
 	dscp = wanted_dscp(&key);
-	if (dscp < 0)
-		return;
 	old_tc = (old_word >> 4) & 0xff;
-	new_tc = (old_tc & 0x03) | (__u8)(dscp << 2);
+	new_tc = dscp < 0 ? old_tc : (old_tc & 0x03) | (__u8)(dscp << 2);
+	count_dscp(skb, &key, new_tc >> 2);
 	if (new_tc == old_tc)
 		return;
 	new_word = (old_word & 0xf00f) | ((__u16)new_tc << 4);

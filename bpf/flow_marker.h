@@ -39,6 +39,22 @@ struct flow_stats {
 	__u64 cgroup_id;
 };
 
+/* Key of flow_dscp_stats_egress: a flow and the DSCP its packets left with
+ * (after any rewrite, i.e. what the switches classify by). */
+struct flow_dscp_key {
+	struct flow_key flow;
+	__u8 dscp;       /* 0..63 */
+	__u8 pad[3];     /* always zero */
+};
+
+/* Counters of one flow's packets that left with one DSCP: bytes and packets
+ * counted as in struct flow_stats. A flow moved between levels has one entry
+ * per DSCP it used, so bytes per queue can be checked against the switches. */
+struct flow_dscp_stats {
+	__u64 bytes;
+	__u64 packets;
+};
+
 /* flow -> DSCP value. Encoding of `mark`:
  *   0                     leave the packet alone (also: any invalid value)
  *   FLOW_DSCP_SET | dscp  set the DSCP to dscp (0..63), keep the ECN bits

@@ -20,7 +20,9 @@ POST /links                  body {"flows": [[src, dst, sport, dport, proto], ..
 GET  /flows                  {"flows": [path, ...]} every flow with installed rules
 GET  /hosts/<name>/paths     {"host": name, "flows": [path, ...]} installed flows from or to the host
 GET  /queues                 {"queues": [{"switch", "dpid", "port", "port_name", "queue", "level",
-                               "tx_bytes", "tx_packets", "tx_errors", "age_s"}, ...]}
+                               "tx_bytes", "tx_packets", "tx_errors", "drops", "backlog_bytes",
+                               "source", "age_s"}, ...]}  source "tc": the port's HTB classes
+                             read now (userspace datapath); "openflow": queue stats, polled
 A path is {"flow": {src,dst,sport,dport,proto}, "src_host", "dst_host", "nodes": [...],
 "links": ["h1>s1", ...] (directed), "hops": [{"switch","dpid","in_port","out_port"}],
 "choices": number of equal-cost paths, "installed": bool}. A path is deterministic, so
@@ -176,8 +178,8 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
                     return reply(start, "404 Not Found", {"error": f"unknown host {host!r}"})
                 return reply(start, "200 OK", heavy(
                     lambda: {"host": host, "flows": [logic.describe(p.flow) for p in logic.flows_of_host(host)]}))
-            if method == "GET" and path == "/queues":
-                return reply(start, "200 OK", {"queues": view.queues()})
+            if method == "GET" and path == "/queues":  # tc mode runs `tc` per port: off the event loop
+                return reply(start, "200 OK", heavy(lambda: {"queues": view.queues()}))
             return reply(start, "404 Not Found", {"error": f"no endpoint {method} {path}"})
         except (UserError, ValueError) as exc:
             return reply(start, "400 Bad Request", {"error": str(exc)})

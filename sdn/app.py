@@ -130,6 +130,10 @@ class LevellerApp(app_manager.OSKenApp):
                 "levels": self.logic.level_map.to_dict()}
 
     def queues(self) -> list[dict[str, Any]]:
+        """Per-queue counters of every switch port: on the userspace datapath (tc mode) the HTB classes
+        the tc classifiers fill, read now; else the switches' OpenFlow queue statistics (polled)."""
+        if self.cfg.queue_mode == "tc":
+            return self._tc_queues()
         now = time.time()
         out = []
         level_of_queue = {q: l for l, q in enumerate(self.logic.level_map.queue)}
@@ -139,5 +143,19 @@ class LevellerApp(app_manager.OSKenApp):
                         "port_name": self.port_names.get(dpid, {}).get(port), "queue": queue,
                         "level": level_of_queue.get(queue), "tx_bytes": st["tx_bytes"],
                         "tx_packets": st["tx_packets"], "tx_errors": st["tx_errors"],
+                        "drops": None, "backlog_bytes": None, "source": "openflow",
                         "age_s": round(now - st["at"], 3)})
+        return out
+
+    def _tc_queues(self) -> list[dict[str, Any]]:
+        out = []
+        level_of_queue = {q: l for l, q in enumerate(self.logic.level_map.queue)}
+        for dpid, names in sorted(self.port_names.items()):
+            sw = self.logic.topo.switch_by_dpid(dpid)
+            for port, name in sorted(names.items()):
+                for queue, st in sorted(tcmap.class_stats(name).items()):
+                    out.append({"switch": sw.name if sw else None, "dpid": dpid, "port": port, "port_name": name,
+                                "queue": queue, "level": level_of_queue.get(queue), "tx_bytes": st["bytes"],
+                                "tx_packets": st["packets"], "tx_errors": 0, "drops": st["drops"],
+                                "backlog_bytes": st["backlog_bytes"], "source": "tc", "age_s": 0.0})
         return out

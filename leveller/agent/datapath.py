@@ -30,6 +30,8 @@ import numpy as np
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import (
     DSCP_FORMAT,
+    DSCP_KEY_FORMAT,
+    DSCP_STATS_FORMAT,
     KEY_FORMAT,
     LEASE_FORMAT,
     LEASE_KEY_FORMAT,
@@ -48,6 +50,7 @@ PROGRAM_NAME = "leveller_egress"
 STATS_MAP = "flow_stats_egress"
 DSCP_MAP = "flow_dscp_egress"
 LEASE_MAP = "flow_lease_egress"
+DSCP_STATS_MAP = "flow_dscp_stats_egress"
 EGRESS_PARENT = 0xFFFFFFF3  # "ffff:fff3": clsact egress hook
 INGRESS_PARENT = 0xFFFFFFF2
 FILTER_PRIO = 0x4C56  # "LV": the priority (pref) our filter owns on the egress hook
@@ -84,6 +87,16 @@ class Datapath:
         self._stats_fd = -1
         self._dscp_fd = -1
         self._lease_fd = -1
+        self._dscp_stats_fd = -1
+
+    @property
+    def max_dscp_stats(self) -> int:
+        """Entries of the per-(flow, DSCP) counter map: room for every flow on two levels."""
+        return min(2 * self.max_flows, MAX_MAP_ENTRIES)
+
+    def _cflags(self) -> list[str]:
+        return [f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={self.max_flows}", f"-DFLOW_DSCP_MAX={self.max_marked_flows}",
+                f"-DFLOW_DSCP_STATS_MAX={self.max_dscp_stats}"]
 
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self) -> Datapath:
@@ -113,9 +126,7 @@ class Datapath:
                     "another agent runs there, or a crashed run left it: remove it with "
                     f"leveller.agent.datapath.cleanup_stale({self.ifname!r}, {self.netns!r})")
             try:
-                self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=[
-                    f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={self.max_flows}",
-                    f"-DFLOW_DSCP_MAX={self.max_marked_flows}"])
+                self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=self._cflags())
                 fn = self._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
             except Exception as exc:
                 self._release_bpf()
@@ -161,9 +172,10 @@ class Datapath:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
-        self._stats_fd = self._dscp_fd = self._lease_fd = -1
+        self._stats_fd = self._dscp_fd = self._lease_fd = self._dscp_stats_fd = -1
 
     def _map_fds(self) -> None:
+        self._dscp_stats_fd = self._bpf.get_table(DSCP_STATS_MAP.encode()).map_fd
         self._stats_fd = self._bpf.get_table(STATS_MAP.encode()).map_fd
         self._dscp_fd = self._bpf.get_table(DSCP_MAP.encode()).map_fd
         self._lease_fd = self._bpf.get_table(LEASE_MAP.encode()).map_fd
@@ -276,6 +288,18 @@ class Datapath:
         rows = libbpf.map_lookup_all(self._stats_fd, KEY_FORMAT.size, STATS_FORMAT.size, self.max_flows)
         return {FlowKey.unpack(k): FlowStats.unpack(v) for k, v in rows}
 
+    def read_dscp_stats(self) -> dict[tuple[FlowKey, int], tuple[int, int]]:
+        """(flow, DSCP its packets left with) -> (bytes, packets), one batched read: what each flow put
+        on each switch queue (LRU: a flow's oldest DSCP entry goes first when the map is full)."""
+        self._require_attached()
+        rows = libbpf.map_lookup_all(self._dscp_stats_fd, DSCP_KEY_FORMAT.size, DSCP_STATS_FORMAT.size,
+                                     self.max_dscp_stats)
+        out: dict[tuple[FlowKey, int], tuple[int, int]] = {}
+        for k, v in rows:
+            flow, dscp = DSCP_KEY_FORMAT.unpack(k)
+            out[(FlowKey.unpack(flow), dscp)] = DSCP_STATS_FORMAT.unpack(v)
+        return out
+
     def forget_flows(self, keys: Iterable[FlowKey]) -> None:
         """Drop counters of finished flows (a missing key is ignored)."""
         self._require_attached()
@@ -297,8 +321,7 @@ def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None) ->
     dp = Datapath("none", max_flows=max_flows, max_marked_flows=max_marked_flows)
     from bcc import BPF  # noqa: PLC0415
 
-    dp._bpf = BPF(src_file=str(SOURCE).encode(), cflags=[
-        f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={dp.max_flows}", f"-DFLOW_DSCP_MAX={dp.max_marked_flows}"])
+    dp._bpf = BPF(src_file=str(SOURCE).encode(), cflags=dp._cflags())
     dp._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
     dp._map_fds()
     dp._ifindex = -1  # "attached" for the map API; detach() must not touch tc

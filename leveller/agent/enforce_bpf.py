@@ -151,9 +151,12 @@ class BpfFlowSource:
         self.datapath = datapath
 
     def read_flows(self) -> Mapping[FlowKey, FlowSample]:
+        by_dscp: dict[Any, list[tuple[int, int]]] = {}
+        for (key, dscp), (nbytes, _) in self.datapath.read_dscp_stats().items():
+            by_dscp.setdefault(key, []).append((dscp, nbytes))
         out: dict[FlowKey, FlowSample] = {}
         for key, stats in self.datapath.read_stats().items():
             k = from_datapath_key(key)
             if k is not None:
-                out[k] = FlowSample(stats.bytes, stats.cgroup_id)
+                out[k] = FlowSample(stats.bytes, stats.cgroup_id, tuple(sorted(by_dscp.get(key, ()))))
         return out

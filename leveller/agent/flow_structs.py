@@ -60,6 +60,18 @@ class FlowDscpC(ctypes.Structure):
     _fields_ = [("mark", ctypes.c_uint8)]
 
 
+class FlowDscpKeyC(ctypes.Structure):
+    """struct flow_dscp_key (44 bytes): a flow and the DSCP its packets left with."""
+
+    _fields_ = [("flow", FlowKeyC), ("dscp", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3)]
+
+
+class FlowDscpStatsC(ctypes.Structure):
+    """struct flow_dscp_stats (16 bytes)."""
+
+    _fields_ = [("bytes", ctypes.c_uint64), ("packets", ctypes.c_uint64)]
+
+
 class FlowLeaseC(ctypes.Structure):
     """struct flow_lease (8 bytes): the only value of flow_lease_egress (key: u32 0)."""
 
@@ -71,6 +83,8 @@ class FlowLeaseC(ctypes.Structure):
 KEY_FORMAT = struct.Struct("=16s16sHHBB2x")
 STATS_FORMAT = struct.Struct("=QQQQ")
 DSCP_FORMAT = struct.Struct("=B")
+DSCP_KEY_FORMAT = struct.Struct("=40sB3x")  # struct flow_dscp_key: packed flow_key, dscp
+DSCP_STATS_FORMAT = struct.Struct("=QQ")
 LEASE_KEY_FORMAT = struct.Struct("=I")
 LEASE_FORMAT = struct.Struct("=Q")
 

@@ -23,8 +23,8 @@ from leveller.core.paths import FlowKey
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
 from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import MAX_FLOWS, MAX_JOBS, FlowReport, JobReport, Report, check_not_future, \
-    job_from_wire, job_to_wire
+from leveller.rpc.schema import MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, FlowReport, JobReport, Report, \
+    check_not_future, job_from_wire, job_to_wire
 
 MAX_BYTES = 2**63 - 1  # the schema's bound on a flow's byte counter
 
@@ -35,6 +35,7 @@ class FlowSample:
 
     bytes: int
     cgroup_id: int = 0
+    dscp_bytes: tuple[tuple[int, int], ...] = ()  # (DSCP the packets left with, bytes), from the datapath
 
 
 class FlowSource(Protocol):
@@ -155,4 +156,6 @@ def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[
             on_reject("flows", f"{len(out) - MAX_FLOWS} of {len(out)} flows left out of the report: "
                       f"at most {MAX_FLOWS}")
         out = out[:MAX_FLOWS]
-    return Report(host, tuple(jobs), tuple(out))
+    by_dscp = [(i, dscp, min(nbytes, MAX_BYTES)) for i, f in enumerate(out)
+               for dscp, nbytes in flows[f.key].dscp_bytes if 0 <= dscp <= 63]
+    return Report(host, tuple(jobs), tuple(out), dscp_bytes=tuple(by_dscp[:MAX_DSCP_BYTES]))

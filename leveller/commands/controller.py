@@ -20,6 +20,14 @@ traffic LEVELLER does not manage) the cumulative R keeps favouring that job unti
 its deficit is repaid, at the others' expense; a decayed R lets it go after a few
 half-lives. See README "Which R". --job-weight JOB=W ranks that job by R / W.
 
+With --paths sdn:..., every step also checks that the switch queues took the bytes
+the hosts marked for them: per switch port and level, the agents' bytes per DSCP
+(eBPF counters) on the flows crossing the port against what the port's queue for that
+level counted, over the last --verify-window seconds. A queue that took less than half
+is a mismatch (a wrong DSCP -> queue map there turns LEVELLER off silently): shown by
+`leveller status`, logged, and in the metric leveller_enforcement_mismatch{switch,port,
+level}; it clears once the queue takes 80% again. --no-verify turns the check off.
+
 examples:
   leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
   leveller controller --listen 10.0.0.254:50051 --paths sdn:http://127.0.0.1:8080 --metrics-port 9109
@@ -67,6 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="operator weight of a job: leveller ranks by R / W, so weight 4 keeps a job "
                         "ahead until its R is 4 times the others' (default 1 = the paper; wins over a "
                         "weight the job's agent declares), e.g. --job-weight big=4")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
+                        help="check every step that switch queues took the bytes marked for their level "
+                        "(default: on with --paths sdn:..., which it needs)")
+    parser.add_argument("--verify-window", type=float, metavar="S",
+                        help="compare marked and queued bytes over the last S seconds (default max(2 x tau, "
+                        "2 s); a mismatch shows within S + tau), e.g. --verify-window 3")
     parser.add_argument("--job-shape", action="append", default=[], metavar="JOB=C:M[:G]",
                         help="compute and communication seconds per iteration (GPUs, and slack: how long "
                         "before the compute ends the communication starts) of a job: what --policy crux ranks "
@@ -123,11 +137,21 @@ def run(args: argparse.Namespace) -> int:
         level_map = level_map_from_dict(paths.client.levels())
         if level_map.levels != args.levels:
             raise UserError(f"--levels {args.levels}: the SDN app is configured for {level_map.levels} levels")
+    if args.verify and not isinstance(paths, SdnPaths):
+        raise UserError("--verify needs --paths sdn:URL|RUN_DIR (the SDN app reads the switch queues)")
+    window = args.verify_window if args.verify_window is not None else max(2 * args.tau, 2.0)
+    if not (window >= args.tau and window <= 3600):
+        raise UserError(f"--verify-window {window:g}: must be between --tau ({args.tau:g}) and 3600 seconds")
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
                      on_iteration=args.on_iteration, weights=weights, rate_window=args.rate_window,
                      rate_half_life=args.rate_half_life, drift_tolerance=args.reprofile_drift)
+    if isinstance(paths, SdnPaths) and args.verify is not False:
+        from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
+
+        ctl.enforcement = EnforcementMonitor(SdnQueues(paths.client), level_map, window,
+                                             registry=ctl.metrics.registry)
     try:
         server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
     except (OSError, RuntimeError) as exc:
@@ -141,16 +165,21 @@ def run(args: argparse.Namespace) -> int:
     def on_step(decision: object, error: str | None) -> None:
         d = ctl.decision
         if args.json:
+            mism = [m.__dict__ for m in ctl.enforcement.mismatches()] if ctl.enforcement is not None else []
             line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
-                    "rates": d.rates if d else {},
+                    "rates": d.rates if d else {}, "enforcement_mismatches": mism,
                     "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}
             plan = ctl.shift_planner.plan if ctl.shift_planner is not None else None
             if plan is not None:
                 line["shifts"] = {"plan": plan.plan, "s": {j: round(v, 4) for j, v in plan.shifts.items()}}
             print(json.dumps(line), flush=True)
-        elif error:
+            return
+        mismatched = ctl.enforcement.mismatches() if ctl.enforcement is not None else []
+        for m in mismatched:
+            print(f"ENFORCEMENT MISMATCH {m.describe(ctl.enforcement.window_s)}", flush=True)
+        if error:
             print(f"step failed (levels kept): {error}", flush=True)
-        elif d and d.levels:
+        elif d and d.levels and not mismatched:
             rates = ", ".join(f"{j}={r:.3f}" if r is not None else f"{j}=profiling" for j, r in d.rates.items())
             print(f"epoch {ctl.epoch}: order {d.order} R {rates}; {len(d.levels)} flows", flush=True)
 

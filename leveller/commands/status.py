@@ -57,6 +57,15 @@ def run(args: argparse.Namespace) -> int:
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"
                       if stale else ""))
                   + (f"  [red]last error: {status['last_error']}[/]" if status.get("last_error") else ""))
+    enf = status.get("enforcement")
+    if enf:
+        for m in enf["mismatches"]:
+            console.print(f"[bold red]ENFORCEMENT MISMATCH[/] {m['message']}")
+        if enf.get("error"):
+            console.print(f"[red]enforcement check failed: {enf['error']}[/]")
+        elif not enf["mismatches"]:
+            console.print(f"enforcement: {len(enf['checks'])} switch queue(s) checked over the last "
+                          f"{enf['window_s']:g} s, each took the bytes marked for it")
     mode = status.get("rate") or {}
     kind = (f"R over the last {mode['window_s']:g} s" if mode.get("window_s") else
             f"R decayed, half-life {mode['half_life_s']:g} s" if mode.get("half_life_s") else "cumulative R")

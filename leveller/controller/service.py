@@ -12,7 +12,10 @@ whose flows' levels did not change gets the same reply entries as before.
 Agents keep levels only until the lease after the decision, so a failed step
 (e.g. the SDN app unreachable, levels kept, the error counted and shown in
 status) or a step that takes longer than the lease ends the levels on every
-host instead of keeping stale ones alive.
+host instead of keeping stale ones alive. With an EnforcementMonitor
+(``enforcement``), every step also checks that the switch queues took the bytes
+the hosts marked for them (leveller.controller.enforcement); a failed check is
+shown in status and never fails the step.
 
 Under a policy with ``time_shifts`` (``cassini``) a step also updates the CASSINI
 plan (leveller.controller.shifts) and every reply carries the shift orders of the
@@ -75,6 +78,7 @@ class Controller:
         self._lock = threading.Lock()
         self._stepping = threading.Lock()  # one step at a time (run loop, benchmarks, tests)
         self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
+        self.enforcement: Any = None  # an EnforcementMonitor, set by the caller (needs the SDN app)
 
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
@@ -83,6 +87,8 @@ class Controller:
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
             held = self.flows.update_host(report.host, map(_KEY_JOB, report.flows))
+            if self.enforcement is not None:
+                self.enforcement.observe(report)
             self.metrics.reports.inc(report.host)
             if self.on_iteration and _progressed(before.report if before else None, report):
                 self._wake.set()
@@ -142,6 +148,8 @@ class Controller:
         """Forget stale agents and jobs (Registry.expire) and their per-host metrics; lock held."""
         for host in self.registry.expire(now):
             self.metrics.reports.remove(host)
+            if self.enforcement is not None:
+                self.enforcement.forget(host)
 
     def status(self, now: float) -> dict[str, Any]:
         with self._lock:
@@ -154,6 +162,7 @@ class Controller:
                 "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error,
                 "rate": {"window_s": self.registry.rate_window, "half_life_s": self.registry.rate_half_life},
                 "decision_age_s": self.decision_age() if d else None,
+                "enforcement": self.enforcement.status() if self.enforcement is not None else None,
                 "order": d.order if d else None,
                 "jobs": [{"job": j.name, "iterations": j.iterations, "start_time": j.start_time,
                           "ideal_time": j.ideal_time, "profiling": j.profiling, "weight": j.weight,
@@ -218,6 +227,11 @@ class Controller:
             self._decided.notify_all()
         self.metrics.decisions.inc()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
+        if self.enforcement is not None:
+            try:
+                self.enforcement.check(now, decision.links)
+            except Exception:  # shown in status (enforcement.error); the decision stands
+                pass
         return decision
 
     def run(self, stop: threading.Event, clock: Callable[[], float] = time.time,

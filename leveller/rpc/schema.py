@@ -8,9 +8,13 @@ refused too, so a typo never passes silently.
     Report (agent -> controller, every tau)
       {"v": 1, "host": str, "run": hex str, "seq": int,
        "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?, "weight"?}],
-       "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}]}
+       "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}],
+       "dscp_bytes"?: [[flow index, DSCP, bytes], ...]}
       run/seq: the sending agent process's random id and the report's number in it
       (leveller.rpc.replay: the controller refuses a report that is not newer).
+      dscp_bytes: per flow of ``flows`` (by index), the bytes its packets left the host with
+      each DSCP (eBPF counters, after the rewrite; cumulative like ``bytes``): what the
+      controller checks switch queue counters against (leveller.core.enforcement).
     LevelsReply (controller -> agent)
       {"v": 1, "epoch": int, "lease_s": float, "decision_age_s": float, "dscp_by_level": [int],
        "flows": [{flow..., "job", "level"}],
@@ -51,6 +55,7 @@ VERSION = 1
 MAX_JOBS = 1024
 MAX_FLOWS = 65536
 MAX_RECENT = 256
+MAX_DSCP_BYTES = 4 * 65536  # entries of a report's dscp_bytes (a flow uses a few DSCPs over its life)
 MAX_LEVELS = 8
 MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
 MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock or data error)
@@ -86,6 +91,7 @@ class Report:
     flows: tuple[FlowReport, ...]
     run: str = ""  # set by the sending client (leveller.rpc.transport), checked by leveller.rpc.replay
     seq: int = 0
+    dscp_bytes: tuple[tuple[int, int, int], ...] = ()  # (index into flows, DSCP sent with, bytes)
 
 
 class FlowLevel(NamedTuple):
@@ -251,12 +257,15 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
 def report_to_wire(report: Report) -> dict[str, Any]:
     flows = [{"src": k.src, "dst": k.dst, "sport": k.sport, "dport": k.dport, "proto": k.proto, "job": job,
               "bytes": nbytes} for k, job, nbytes in report.flows]
-    return {"v": VERSION, "host": report.host, "run": report.run, "seq": report.seq,
-            "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
+    out = {"v": VERSION, "host": report.host, "run": report.run, "seq": report.seq,
+           "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
+    if report.dscp_bytes:
+        out["dscp_bytes"] = [list(e) for e in report.dscp_bytes]
+    return out
 
 
 def report_from_wire(msg: dict[str, Any]) -> Report:
-    _obj(msg, "", ("v", "host", "run", "seq", "jobs", "flows"))
+    _obj(msg, "", ("v", "host", "run", "seq", "jobs", "flows"), ("dscp_bytes",))
     _version(msg)
     host = check_name(msg["host"], "host")
     run = msg["run"]
@@ -279,7 +288,54 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
             if job not in seen:
                 raise SchemaError(f"flows[{i}].job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
             flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, 2**63 - 1)))
-    return Report(host, tuple(jobs), tuple(flows), run, seq)
+    by_dscp = msg.get("dscp_bytes")
+    return Report(host, tuple(jobs), tuple(flows), run, seq,
+                  () if by_dscp is None else _dscp_bytes(by_dscp, len(flows)))
+
+
+def _dscp_bytes(items: Any, flows: int) -> tuple[tuple[int, int, int], ...]:
+    """A report's dscp_bytes: [flow index, DSCP, bytes] entries, each (flow, DSCP) at most once."""
+    items = _list(items, "dscp_bytes", MAX_DSCP_BYTES)
+    plain = _plain_dscp_bytes(items, flows)
+    if plain is not None:
+        return plain
+    out: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for i, entry in enumerate(items):
+        f = f"dscp_bytes[{i}]"
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise SchemaError(f, f"{entry!r} is invalid; [flow index, DSCP, bytes]")
+        if not flows:
+            raise SchemaError(f"{f}[0]", "the report has no flows to index")
+        index = _int(entry[0], f"{f}[0]", 0, flows - 1)
+        dscp = _int(entry[1], f"{f}[1]", 0, 63)
+        nbytes = _int(entry[2], f"{f}[2]", 0, 2**63 - 1)
+        if (index, dscp) in seen:
+            raise SchemaError(f, f"flow {index} with DSCP {dscp} appears twice")
+        seen.add((index, dscp))
+        out.append((index, dscp, nbytes))
+    return tuple(out)
+
+
+def _plain_dscp_bytes(items: list[Any], flows: int) -> tuple[tuple[int, int, int], ...] | None:
+    """dscp_bytes whose every entry is plain (a list of three ints in range, no (flow, DSCP) twice), in
+    one tight loop; None as soon as one is not (the full checks then name the field). An agent sends
+    one entry per flow and DSCP used: as many as its flows, on the report hot path."""
+    out: list[tuple[int, int, int]] = []
+    seen: set[int] = set()
+    for entry in items:
+        if type(entry) is not list or len(entry) != 3:
+            return None
+        index, dscp, nbytes = entry
+        if not (type(index) is int and type(dscp) is int and type(nbytes) is int and 0 <= index < flows
+                and 0 <= dscp <= 63 and 0 <= nbytes < 2**63):
+            return None
+        slot = index * 64 + dscp
+        if slot in seen:
+            return None
+        seen.add(slot)
+        out.append((index, dscp, nbytes))
+    return tuple(out)
 
 
 _REPORT_FLOW_FIELDS = frozenset(FLOW_KEYS + ("job", "bytes"))

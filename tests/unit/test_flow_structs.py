@@ -16,7 +16,7 @@ from leveller.agent import flow_structs as fs
 
 HEADER_DIR = Path(__file__).resolve().parents[2] / "bpf"
 MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_dscp": fs.FlowDscpC,
-           "flow_lease": fs.FlowLeaseC}
+           "flow_lease": fs.FlowLeaseC, "flow_dscp_key": fs.FlowDscpKeyC, "flow_dscp_stats": fs.FlowDscpStatsC}
 
 
 def _layout_asserts() -> str:
@@ -44,6 +44,8 @@ def test_struct_formats_have_the_ctypes_sizes() -> None:
     assert fs.STATS_FORMAT.size == ctypes.sizeof(fs.FlowStatsC) == 32
     assert fs.DSCP_FORMAT.size == ctypes.sizeof(fs.FlowDscpC) == 1
     assert fs.LEASE_FORMAT.size == ctypes.sizeof(fs.FlowLeaseC) == 8
+    assert fs.DSCP_KEY_FORMAT.size == ctypes.sizeof(fs.FlowDscpKeyC) == 44
+    assert fs.DSCP_STATS_FORMAT.size == ctypes.sizeof(fs.FlowDscpStatsC) == 16
 
 
 def test_ipv4_key_bytes_written_by_hand() -> None:

@@ -1,0 +1,221 @@
+"""The controller's closed loop: every tau, do switch queues hold the bytes the hosts marked for them?
+
+Agents report, per flow, the bytes its packets left the host with each DSCP
+(eBPF counters; ``Report.dscp_bytes``). The monitor turns the difference
+between consecutive reports of a host into bytes per flow and DSCP, places
+them on every switch egress port of the flow's path (the decision's links)
+at the DSCP's level, and keeps running totals per (switch, port, level). At
+each check it reads what every queue took (the SDN app's ``GET /queues``: the
+HTB class counters on the userspace datapath) and compares the two over the
+last ``window_s`` seconds (leveller.core.enforcement: tolerances and
+hysteresis). A mismatch names the switch, the port and the level; it shows in
+status, in the metric ``leveller_enforcement_mismatch{switch,port,level}``
+(1: mismatch, 0: checked and fine) and in the log when raised and cleared.
+
+Bytes of a flow the monitor has not seen before are a baseline, not news (they
+may predate the window); a host's first report too. So a miscount can only
+lower what a queue should hold, never raise a false alarm.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from leveller.core.enforcement import Port, QueueCheck, QueueKey, Tolerance, compare, egress_ports, expected_bytes
+from leveller.core.paths import FlowKey
+from leveller.core.qos import LevelMap, dscp_levels
+from leveller.rpc.schema import Report
+
+LOG = logging.getLogger("leveller.controller")
+
+
+class QueueSource(Protocol):
+    """Switch-side truth (leveller.controller.enforcement.SdnQueues over the SDN app)."""
+
+    def egress_ports(self) -> Mapping[str, Port]:
+        """Directed link name ``a>b`` -> (switch a, port towards b), for links leaving a switch."""
+        ...
+
+    def arrived(self) -> dict[QueueKey, int]:
+        """Bytes each (switch, port, level) queue took so far: sent + queued now + dropped."""
+        ...
+
+
+class SdnQueues:
+    """QueueSource over the SDN app's API (sdn.client.SdnClient): /topology once, /queues per check."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._ports: dict[str, Port] | None = None
+
+    def egress_ports(self) -> Mapping[str, Port]:
+        if self._ports is None:
+            from leveller.core.topology import topology_from_dict
+
+            topo = topology_from_dict(self.client.topology())
+            towards = {}
+            for link in topo.links:
+                for a, b, port in ((link.a, link.b, link.a_port), (link.b, link.a, link.b_port)):
+                    if port:
+                        towards[(a, b)] = port
+            names = [f"{a}>{b}" for a, b in towards]
+            self._ports = egress_ports(names, [s.name for s in topo.switches], towards)
+        return self._ports
+
+    def arrived(self) -> dict[QueueKey, int]:
+        out: dict[QueueKey, int] = {}
+        for q in self.client.queues():
+            if q.get("switch") is None or q.get("level") is None:
+                continue
+            sent, packets = int(q["tx_bytes"]), int(q["tx_packets"])
+            dropped = int(q.get("drops") or 0) * (sent // packets if packets else 1500)
+            key = (q["switch"], int(q["port"]), int(q["level"]))
+            out[key] = out.get(key, 0) + sent + int(q.get("backlog_bytes") or 0) + dropped
+        return out
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    switch: str
+    port: int
+    level: int
+    expected: int
+    counted: int
+    since: float
+
+    def describe(self, window_s: float) -> str:
+        return (f"switch {self.switch} port {self.port} level {self.level}: its queue took "
+                f"{self.counted / 1e6:.2f} of the {self.expected / 1e6:.2f} MB marked for it in {window_s:g} s")
+
+
+class EnforcementMonitor:
+    """Per-port, per-level comparison of marked bytes with queue counters (thread-safe)."""
+
+    def __init__(self, source: QueueSource, level_map: LevelMap, window_s: float,
+                 tolerance: Tolerance = Tolerance(), forget_after_s: float | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window must be > 0 seconds, got {window_s!r}")
+        self.source, self.window_s, self.tolerance = source, window_s, tolerance
+        self.forget_after_s = forget_after_s if forget_after_s is not None else 10 * window_s
+        self.level_of_dscp = dscp_levels(level_map)
+        self._lock = threading.Lock()
+        self._prev: dict[str, tuple[str, dict[tuple[FlowKey, int], int]]] = {}  # host -> (run, counters)
+        self._pending: dict[tuple[FlowKey, int], int] = {}  # (flow, DSCP) -> bytes since the last check
+        self._totals: dict[QueueKey, int] = {}  # bytes that should have entered each queue, so far
+        self._snaps: deque[tuple[float, dict[QueueKey, int], dict[QueueKey, int]]] = deque()
+        self.alarmed: frozenset[QueueKey] = frozenset()
+        self.since: dict[QueueKey, float] = {}
+        self.judged_at: dict[QueueKey, float] = {}
+        self.checks: list[QueueCheck] = []
+        self.error: str | None = None
+        self.gauge = Gauge("leveller_enforcement_mismatch", "1 while a switch queue took much less than the "
+                           "bytes marked for its level (0: checked, fine)", ["switch", "port", "level"],
+                           registry=registry)
+
+    # ---- from the RPC threads ------------------------------------------------------------------
+    def observe(self, report: Report) -> None:
+        """Take a report's per-flow, per-DSCP counters: what is new since the host's previous report."""
+        cur: dict[tuple[FlowKey, int], int] = {}
+        for index, dscp, nbytes in report.dscp_bytes:
+            cur[(report.flows[index].key, dscp)] = nbytes
+        with self._lock:
+            prev = self._prev.get(report.host)
+            self._prev[report.host] = (report.run, cur)
+            if prev is None or not cur:
+                return  # a host's first report is the baseline
+            run, old = prev
+            known = {flow for flow, _ in old}
+            for key, nbytes in cur.items():
+                if run != report.run:
+                    delta = nbytes  # a new agent run: its counters started from zero
+                elif key in old:
+                    delta = nbytes - old[key] if nbytes >= old[key] else nbytes  # evicted and back: from 0
+                elif key[0] in known:
+                    delta = nbytes  # a known flow on a new DSCP: all of it is new
+                else:
+                    continue  # a flow seen for the first time: its bytes may predate the window
+                if delta > 0:
+                    self._pending[key] = self._pending.get(key, 0) + delta
+
+    def forget(self, host: str) -> None:
+        with self._lock:
+            self._prev.pop(host, None)
+
+    # ---- from the decision step ----------------------------------------------------------------
+    def check(self, now: float, links: Mapping[FlowKey, tuple[str, ...]]) -> list[QueueCheck]:
+        """One comparison over the last window (the decision's ``links`` place the flows); returns the
+        checks made. Raises if the switch counters cannot be read (the caller records it)."""
+        try:
+            ports = self.source.egress_ports()
+            arrived = self.source.arrived()
+        except Exception as exc:
+            with self._lock:
+                self.error = f"{type(exc).__name__}: {exc}"
+            raise
+        with self._lock:
+            self.error = None
+            pending, self._pending = self._pending, {}
+            flows = [(links[flow], dscp, nbytes) for (flow, dscp), nbytes in pending.items() if flow in links]
+            for key, nbytes in expected_bytes(flows, ports, self.level_of_dscp).items():
+                self._totals[key] = self._totals.get(key, 0) + nbytes
+            self._snaps.append((now, dict(self._totals), arrived))
+            while len(self._snaps) > 1 and self._snaps[1][0] <= now - self.window_s:
+                self._snaps.popleft()
+            base_t, base_totals, base_arrived = self._snaps[0]
+            if base_t > now - self.window_s:
+                return []  # not a full window yet
+            expected = {k: v - base_totals.get(k, 0) for k, v in self._totals.items()}
+            counted = {k: v - base_arrived[k] for k, v in arrived.items() if k in base_arrived and v >= base_arrived[k]}
+            before = self.alarmed
+            self.checks, alarmed = compare(expected, counted, self.tolerance, before)
+            for c in self.checks:
+                self.judged_at[(c.switch, c.port, c.level)] = now
+            alarmed = frozenset(k for k in alarmed if now - self.judged_at.get(k, now) <= self.forget_after_s)
+            self._publish(before, alarmed, now)
+            return list(self.checks)
+
+    def _publish(self, before: frozenset[QueueKey], alarmed: frozenset[QueueKey], now: float) -> None:
+        by_key = {(c.switch, c.port, c.level): c for c in self.checks}
+        for key in sorted(alarmed - before):
+            self.since[key] = now
+            c = by_key.get(key)
+            LOG.warning("enforcement mismatch: %s", Mismatch(*key, c.expected if c else 0, c.counted if c else 0,
+                                                             now).describe(self.window_s))
+        for key in sorted(before - alarmed):
+            self.since.pop(key, None)
+            LOG.info("enforcement mismatch cleared: switch %s port %s level %s", *key)
+        self.alarmed = alarmed
+        self.gauge.clear()
+        for c in self.checks:
+            key = (c.switch, c.port, c.level)
+            self.gauge.labels(c.switch, str(c.port), str(c.level)).set(1 if key in alarmed else 0)
+        for key in alarmed:
+            if key not in by_key:
+                self.gauge.labels(key[0], str(key[1]), str(key[2])).set(1)
+
+    def mismatches(self) -> list[Mismatch]:
+        with self._lock:
+            by_key = {(c.switch, c.port, c.level): c for c in self.checks}
+            out = []
+            for key in sorted(self.alarmed):
+                c = by_key.get(key)
+                out.append(Mismatch(*key, c.expected if c else 0, c.counted if c else 0, self.since.get(key, 0.0)))
+            return out
+
+    def status(self) -> dict[str, Any]:
+        """For `leveller status`: the window, every check of the last comparison, the mismatches."""
+        mismatches = self.mismatches()
+        with self._lock:
+            return {"window_s": self.window_s, "error": self.error,
+                    "checks": [{"switch": c.switch, "port": c.port, "level": c.level, "expected_bytes": c.expected,
+                                "counted_bytes": c.counted} for c in self.checks],
+                    "mismatches": [{"switch": m.switch, "port": m.port, "level": m.level,
+                                    "expected_bytes": m.expected, "counted_bytes": m.counted, "since": m.since,
+                                    "message": m.describe(self.window_s)} for m in mismatches]}
