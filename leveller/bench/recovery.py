@@ -164,3 +164,54 @@ def simulate_recovery(setup: SimSetup, modes: Sequence[RateMode], measure_s: flo
         out.append(recovery_figures(mode, ends, {n: 0.0 for n in names}, {n: float(j.ideal) for n, j in zip(names, jobs)},
                                     d, setup.horizon_s, setup.warmup_s, measure_s, hold_s, band))
     return out
+
+
+# ---- the network simulator ---------------------------------------------------------------------------
+
+PAIR_UNIT_S = 0.25  # the demo's time unit: the paper's pair C:M = 1:1 and 1:2 are 0.25:0.25 and 0.25:0.5 s
+DUMBBELL = "dumbbell:bottleneck_mbps=100"
+
+
+def network_pair(unit_s: float = PAIR_UNIT_S, mbps: float = 100.0) -> list:
+    """The paper's pair on the dumbbell: job 1 (h1 <-> h3) C:M = 1:1, job 2 (h2 <-> h4) 1:2, in units of
+    ``unit_s`` seconds; both rings cross the bottleneck in each direction (leveller.sim.network)."""
+    from leveller.sim.network.jobs import JobSpec
+
+    per_s = mbps * 1e6 / 8
+    return [JobSpec("1", ("h1", "h3"), unit_s, unit_s * per_s), JobSpec("2", ("h2", "h4"), unit_s, 2 * unit_s * per_s)]
+
+
+def network_recovery(modes: Sequence[RateMode], disturbance: Disturbance, horizon_s: float, warmup_s: float,
+                     tau_s: float = 0.0, levels: int = 2, measure_s: float = 10.0, hold_s: float = 10.0,
+                     band: float = 0.05, on_mode: Callable[[str], None] = lambda _: None) -> list[RecoveryFigures]:
+    """The pair on the dumbbell in the network simulator, one run per mode; job ``disturbance.job``
+    starved by an unmanaged flow holding its host's uplink (h1>s1 or h2>s1) for the disturbance."""
+    from leveller.sim.network.engine import Disturbance as LinkHeld
+    from leveller.sim.network.engine import Simulation
+    from leveller.sim.network.policies import make_net_policy
+    from leveller.sim.network.topology import load_network
+
+    specs = network_pair()
+    uplink = {"1": "h1>s1", "2": "h2>s1"}
+    if disturbance.job not in uplink:
+        raise ValueError(f"starved job {disturbance.job!r} is not one of {sorted(uplink)}")
+    net = load_network(DUMBBELL)
+    held = [LinkHeld(uplink[disturbance.job], disturbance.start_s, disturbance.duration_s)]
+    out = []
+    for mode in modes:
+        on_mode(mode.name)
+        ends: dict[str, list[float]] = {s.name: [] for s in specs}
+
+        def record(t: float, sim: Simulation) -> None:
+            for j in sim.running.values():
+                done = j.iterations_at(t)
+                while len(ends[j.name]) < done:
+                    ends[j.name].append(t)
+
+        sim = Simulation(net, specs, make_net_policy("leveller", tau_s, mode.window_s, mode.half_life_s), levels,
+                         horizon_s, on_rates=record, disturbances=held)
+        result = sim.run()
+        ideal = {j.name: float(j.ideal) for j in result.jobs if j.ideal is not None}
+        out.append(recovery_figures(mode, ends, {s.name: 0.0 for s in specs}, ideal, disturbance, horizon_s,
+                                    warmup_s, measure_s, hold_s, band))
+    return out

@@ -83,7 +83,7 @@ def parse_tau(text: str) -> Fraction:
 
 
 def parse_seconds(option: str, text: Optional[str]) -> Optional[Fraction]:
-    """A duration > 0 given to ``option`` (None when the option is absent)."""
+    """A duration > 0 given to ``option`` (None when the option is absent); time units or seconds."""
     if text is None:
         return None
     try:

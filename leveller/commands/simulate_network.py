@@ -6,6 +6,8 @@
       --policy fair,crux,cassini,leveller --levels 2 --duration 3600 --plot out/
   leveller simulate network --topology lingjun --trace synthetic:jobs=100,placement=scattered \\
       --policy all --duration 1800
+  leveller simulate network --topology dumbbell --jobs examples/jobs/dumbbell-pair.json \\
+      --levels 2 --duration 600 --rate-half-life 10 --disturb h1>s1:60:30
 
 Topology T: dumbbell[:opt=v,...], leafspine[:...] (testbed presets), a testbed
 TOML file (rates in Mbit/s), fabric:gpus=1024,gpus_per_host=8,hosts_per_leaf=8,
@@ -27,6 +29,13 @@ crux (GPU intensity priorities, least-congested paths, Max K-Cut compression),
 cassini (time shifts of iteration starts, no priorities); `all` = the four.
 Rates: strict priority by level, max-min water-filling within a level.
 R = iterations x ideal iteration time (alone) / (end - start).
+
+What leveller ranks by: the paper's cumulative R, or with --rate-window S the R over
+the last S seconds, with --rate-half-life S iterations and time decayed with half-life
+S (leveller.core.rate, as `leveller controller` does); the reported R stays cumulative.
+--disturb LINK:START:SECONDS: an unmanaged flow at the top priority holds the directed
+link LINK (named a>b, e.g. h1>s1) from START for SECONDS; jobs crossing it stall.
+`leveller experiment recovery` measures what each kind of R does after that.
 """
 
 from __future__ import annotations
@@ -65,6 +74,26 @@ def parse_seconds(option: str, text: Optional[str], allow_zero: bool) -> Optiona
         rule = ">= 0" if allow_zero else "> 0"
         raise UserError(f"{option} = {text!r} is invalid; a number of seconds {rule}")
     return value
+
+
+def parse_disturb(text: str, net: Any) -> Any:
+    """``LINK:START:SECONDS`` into an engine Disturbance, the link checked against the network."""
+    from leveller.sim.network.engine import Disturbance
+
+    link, _, rest = text.partition(":")
+    start, _, seconds = rest.partition(":")
+    try:
+        d = Disturbance(link, float(start), float(seconds))
+        ok = math.isfinite(d.start) and d.start >= 0 and math.isfinite(d.seconds) and d.seconds > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"--disturb {text!r}: expected LINK:START:SECONDS with START >= 0 and SECONDS > 0 "
+                        "(e.g. --disturb h1>s1:60:30)")
+    if link not in net.index:
+        raise UserError(f"--disturb {text!r}: {link!r} is not a directed link of {net.name} "
+                        f"(e.g. {', '.join(net.links[:4])})")
+    return d
 
 
 def check_paths(jobs: list[Any], net: Any) -> None:
@@ -114,17 +143,22 @@ def run_network(args: argparse.Namespace) -> int:
     duration = parse_seconds("--duration", args.duration, allow_zero=False)
     if args.seed is not None and args.seed < 0:
         raise UserError(f"--seed = {args.seed} is invalid; an integer >= 0")
+    from leveller.commands.simulate import rate_options
+
+    window, half_life = rate_options(args)
     net, jobs, placer = prepare(args)
+    disturbances = [parse_disturb(text, net) for text in args.disturb]
     if duration is None and any(j.iterations is None for j in jobs):
         endless = next(j.name for j in jobs if j.iterations is None)
         raise UserError(f"job {endless!r} runs to the end (iterations null): give --duration S")
     sample = duration / 200 if duration and args.plot else None
     results = []
     for name in policies:
-        policy = make_net_policy(name, tau or 0.0)
+        policy = make_net_policy(name, tau or 0.0, None if window is None else float(window),
+                                 None if half_life is None else float(half_life))
         with progress_bar(name, duration, enabled=not args.no_progress) as tick:
             sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
-                             progress=tick)
+                             progress=tick, disturbances=disturbances)
             results.append(sim.run())
     if args.plot:
         from leveller.sim.network.plots import plot_all
@@ -214,6 +248,14 @@ def configure(link_parent: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--tau", default="0", metavar="S",
                    help="leveller re-ranking period in s; 0 = at every iteration end (default 0)")
     p.add_argument("--duration", metavar="S", help="simulated seconds (default: until every job finished)")
+    p.add_argument("--rate-window", metavar="S",
+                   help="leveller ranks by R over the last S seconds (e.g. --rate-window 20)")
+    p.add_argument("--rate-half-life", metavar="S",
+                   help="leveller ranks by R from iterations and time decayed with half-life S s "
+                   "(e.g. --rate-half-life 10)")
+    p.add_argument("--disturb", action="append", default=[], metavar="LINK:START:SECONDS",
+                   help="an unmanaged top-priority flow holds directed link LINK for SECONDS from START "
+                   "(e.g. --disturb h1>s1:60:30); repeatable")
     p.add_argument("--seed", type=int, metavar="N", help="seed of the synthetic trace (overrides its seed=)")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots: CDF of R, R over time, link utilisation")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")

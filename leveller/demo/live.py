@@ -167,10 +167,12 @@ def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, ti
 
 def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
                settings: LiveSettings, tick: Tick = _noop,
-               background: Callable[[], ContextManager[Any]] | None = None) -> RunOutput:
+               background: Callable[[], ContextManager[Any]] | None = None, controller_args: Sequence[str] = ()
+               ) -> RunOutput:
     """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.
     The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``.
-    ``background()`` is entered just before the jobs start and left after they end."""
+    ``background()`` is entered just before the jobs start and left after they end (e.g. traffic that
+    disturbs them); ``controller_args`` go to `leveller controller`."""
     work = cluster.work_dir / tag
     work.mkdir(parents=True, exist_ok=True)
     secret = cluster.work_dir / "secret"
@@ -185,6 +187,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
                     "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json", "--duration", bound)
     for j in jobs:
         ctl_argv += ["--job-shape", j.shape]
+    ctl_argv += list(controller_args)
     logs = {j.name: work / f"{j.name}.log" for j in jobs}
     with contextlib.ExitStack() as stack:
         ctl_out = work / "controller.jsonl"

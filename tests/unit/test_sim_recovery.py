@@ -95,3 +95,50 @@ def test_link_job_list_is_unchanged_by_default() -> None:
     b = simulate_link([LinkJob(j.compute, j.comm) for j in PRESETS["fig1-trio"]], LevellerPolicy(), cycles=50,
                       starve=[])
     assert a.rates == b.rates and a.ends == ()
+
+
+def test_experiment_recovery_in_the_network_simulator(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", "recovery", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cum, win, dec = out["modes"]
+    assert (cum["mode"], win["mode"], dec["mode"]) == ("cumulative", "window 20 s", "half-life 10 s")
+    for m in out["modes"]:
+        assert m["steady_min"] == pytest.approx(0.857, abs=0.015)  # the paper's pair, as in `simulate link`
+    assert cum["recovery_s"] > 90 and dec["recovery_s"] < 40  # repaying the deficit vs forgetting it
+    assert win["recovery_s"] is None or win["recovery_s"] > dec["recovery_s"]
+    assert main(["experiment", "recovery", "--at", "10"]) == 2
+    assert "--at 10" in capsys.readouterr().err
+
+
+def test_network_simulator_disturbance_stalls_only_the_job_on_that_link() -> None:
+    from leveller.sim.network.engine import Disturbance as Held, Simulation
+    from leveller.sim.network.policies import make_net_policy
+    from leveller.sim.network.topology import load_network
+    from leveller.bench.recovery import DUMBBELL, network_pair
+
+    net = load_network(DUMBBELL)
+    before = net.capacity.copy()
+    res = Simulation(net, network_pair(), make_net_policy("fair"), 2, 100.0,
+                     disturbances=[Held("h1>s1", 20.0, 30.0)]).run()
+    plain = Simulation(net, network_pair(), make_net_policy("fair"), 2, 100.0).run()
+    assert (net.capacity == before).all()  # restored
+    r1, r2 = (j.rate for j in res.jobs)
+    p1, p2 = (j.rate for j in plain.jobs)
+    assert r1 == pytest.approx(p1 * 70 / 100, abs=0.03)  # job 1 lost 30 of 100 s
+    assert r2 > p2  # job 2 had the bottleneck alone meanwhile
+    with pytest.raises(ValueError, match="no such directed link"):
+        Simulation(net, network_pair(), make_net_policy("fair"), 2, 10.0, disturbances=[Held("x>y", 1.0, 1.0)])
+
+
+def test_simulate_network_cli_rate_options_and_disturbance(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "network", "--topology", "dumbbell", "--jobs", "examples/jobs/dumbbell-pair.json",
+            "--levels", "2", "--duration", "300", "--no-progress", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(base + ["--rate-half-life", "10", "--disturb", "h1>s1:60:30"]) == 0
+    hit = json.loads(capsys.readouterr().out)
+    assert hit["jobs"]["job1"]["rate"] < plain["jobs"]["job1"]["rate"] - 0.05
+    for bad, msg in ((["--disturb", "h1>s1:60"], "--disturb"), (["--disturb", "q>s1:1:1"], "not a directed link"),
+                     (["--rate-window", "-3"], "--rate-window")):
+        assert main(base + bad) == 2
+        assert msg in capsys.readouterr().err

@@ -7,6 +7,11 @@ partitioned into contention groups (jobs whose flows share a directed link,
 transitively); between global events each group runs its own events (compute
 ends, all-reduce starts, flow completions, slack ends) on a heap keyed by its
 next event. A group of one job is fast-forwarded in closed form.
+
+Disturbances: an unmanaged flow at the top priority takes a directed link
+for a while (its capacity drops to STARVED of itself, then comes back); every
+job is re-timed at both edges (a job alone on that link stalls, not its ideal
+time, which stays the R reference).
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ MEMO = 512  # levels remembered per group, by order
 # A job still running at the end after fewer than this many ideal iterations has an R dominated
 # by its unfinished iteration: it is reported but left out of min / avg / p10.
 MIN_WINDOW = 20
+STARVED = 1e-6  # share of a link an unmanaged top-priority flow leaves to everyone else
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """An unmanaged flow holds directed link ``link`` (a name ``a>b``) from ``start`` for ``seconds``."""
+
+    link: str
+    start: float
+    seconds: float
 
 
 @dataclass
@@ -89,7 +104,8 @@ class Simulation:
                  duration: Optional[float] = None, placer: Optional[Placer] = None,
                  sample_every: Optional[float] = None,
                  progress: Optional[Callable[[float], None]] = None,
-                 on_rates: Optional[Callable[[float, "Simulation"], None]] = None) -> None:
+                 on_rates: Optional[Callable[[float, "Simulation"], None]] = None,
+                 disturbances: Sequence[Disturbance] = ()) -> None:
         self.net = net
         self.specs = list(specs)
         self.policy = policy
@@ -110,6 +126,13 @@ class Simulation:
         self.events = 0
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.carried = np.zeros(len(net.links))
+        for d in disturbances:
+            if d.link not in net.index:
+                raise ValueError(f"disturbance on link {d.link!r}: no such directed link in {net.name} "
+                                 f"(links are named a>b, e.g. {net.links[0]!r})")
+            if not (d.start >= 0 and d.seconds > 0):
+                raise ValueError(f"disturbance on {d.link}: needs start >= 0 and seconds > 0")
+        self.disturbances = list(disturbances)
 
     # --- heap ------------------------------------------------------------------
     def push_group(self, g: Group) -> None:
@@ -145,8 +168,10 @@ class Simulation:
                 self.carried[list(path)] += n * vol
             job.flushed += n
 
-    def resync(self, t: float, finished: Sequence[RunJob] = (), arrivals: Sequence[JobSpec] = ()) -> None:
-        """Bring every job to ``t`` in explicit form, admit jobs, re-route, re-level, regroup."""
+    def resync(self, t: float, finished: Sequence[RunJob] = (), arrivals: Sequence[JobSpec] = (),
+               retime: bool = False) -> None:
+        """Bring every job to ``t`` in explicit form, admit jobs, re-route, re-level, regroup
+        (``retime``: link capacities changed, time every job's all-reduce alone again)."""
         for g in self.groups:
             g.advance(t)
             g.write_back()
@@ -164,6 +189,8 @@ class Simulation:
         for j in jobs:
             self.flush_bytes(j, t)
             j.materialise(t)
+            if retime:
+                j.refresh_profile(self.net)
         for name, paths in self.policy.route(t, jobs, self.net).items():
             self.running[name].set_paths(paths, self.net)
         before = {frozenset(j.name for j in g.jobs) for g in self.groups}
@@ -248,7 +275,21 @@ class Simulation:
 
     # --- run ---------------------------------------------------------------------
     def run(self) -> SimResult:
+        """Simulate; link capacities a disturbance changed are restored on the way out."""
+        capacity = self.net.capacity.copy()
+        try:
+            return self._run()
+        finally:
+            self.net.capacity[:] = capacity
+
+    def disturb(self, t: float, link: int, on: bool, base: np.ndarray) -> None:
+        """An unmanaged flow starts (``on``) or stops holding directed link ``link`` at ``t``."""
+        self.net.capacity[link] = base[link] * (STARVED if on else 1.0)
+        self.resync(t, retime=True)
+
+    def _run(self) -> SimResult:
         wall = time.perf_counter()
+        base = self.net.capacity.copy()
         if not self.specs:
             raise ValueError("no jobs to simulate")
         if self.duration is None and any(s.iterations is None for s in self.specs):
@@ -267,6 +308,9 @@ class Simulation:
             self.push_global(0.0, "sample")
         if math.isfinite(end):
             self.push_global(end, "end")
+        for d in self.disturbances:
+            self.push_global(d.start, "disturb", (self.net.index[d.link], True))
+            self.push_global(d.start + d.seconds, "disturb", (self.net.index[d.link], False))
         relevel = self.relevel_group if tau == 0 else None
         t = 0.0
         pending = len(by_time)
@@ -294,6 +338,8 @@ class Simulation:
                 elif ref == "sample":
                     self.sample(t)
                     self.push_global(t + self.sample_every, "sample")
+                elif ref == "disturb":
+                    self.disturb(t, payload[0], payload[1], base)
                 if self.progress is not None:
                     self.progress(t)
             if self.on_rates is not None:

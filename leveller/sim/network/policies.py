@@ -46,9 +46,11 @@ class NetPolicy(Protocol):
         ...
 
 
-def job_views(now: float, jobs: Sequence[RunJob]) -> list[JobView]:
-    """What the controller knows of each job: R, GPUs, compute and communication time alone."""
-    return [JobView(j.name, rate=j.rate_at(now), gpus=j.gpus, compute=j.spec.compute,
+def job_views(now: float, jobs: Sequence[RunJob], window: Optional[float] = None,
+              half_life: Optional[float] = None) -> list[JobView]:
+    """What the controller knows of each job: R (cumulative, or over a window, or decayed, as the
+    controller's --rate-window / --rate-half-life), GPUs, compute and communication time alone."""
+    return [JobView(j.name, rate=j.policy_rate(now, window, half_life), gpus=j.gpus, compute=j.spec.compute,
                     comm=j.comm_alone if j.comm_alone > 0 else None) for j in jobs]
 
 
@@ -64,6 +66,8 @@ class RankedPolicy:
 
     core: Policy
     overlap: bool = False
+    rate_window: Optional[float] = None  # R over the last S seconds (leveller.core.rate)
+    rate_half_life: Optional[float] = None  # R decayed with this half-life
 
     @property
     def name(self) -> str:
@@ -77,7 +81,7 @@ class RankedPolicy:
         return {}
 
     def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
-        return self.core.order(job_views(now, jobs))
+        return self.core.order(job_views(now, jobs, self.rate_window, self.rate_half_life))
 
     def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
@@ -90,12 +94,15 @@ class RankedPolicy:
 POLICIES = ("fair", "crux", "cassini", "leveller")
 
 
-def make_net_policy(name: str, tau: float = 0.0) -> NetPolicy:
-    """The policy called ``name``; ``tau`` is leveller's re-ranking period (0 = every iteration end)."""
+def make_net_policy(name: str, tau: float = 0.0, rate_window: Optional[float] = None,
+                    rate_half_life: Optional[float] = None) -> NetPolicy:
+    """The policy called ``name``; ``tau`` is leveller's re-ranking period (0 = every iteration end),
+    ``rate_window`` / ``rate_half_life`` the R it ranks by (default: the paper's cumulative R)."""
     if name == "fair":
         return RankedPolicy(FairPolicy())
     if name == "leveller":
-        return RankedPolicy(LevellerPolicy(tau=tau), overlap=True)
+        return RankedPolicy(LevellerPolicy(tau=tau), overlap=True, rate_window=rate_window,
+                            rate_half_life=rate_half_life)
     if name == "crux":
         from leveller.sim.network.baselines import CruxNet
 

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from leveller.core.paths import FlowKey
-from leveller.core.rate import progress_rate
+from leveller.core.rate import history_horizon, progress_rate, trim_history
 from leveller.sim.network.alone import AloneProfile, alone_profile
 from leveller.sim.network.jobs import JobSpec, ring_volumes
 from leveller.sim.network.topology import Network
@@ -86,6 +86,7 @@ class RunJob:
         self.analytic = False
         self.anchor = 0.0  # analytic: an iteration starts at anchor + k * period
         self.n_anchor = 0
+        self.history: list[tuple[float, int]] = [(start, 0)]  # (time, iterations) when the policy ranked
         self.begin(start)
 
     # --- routing -----------------------------------------------------------
@@ -94,6 +95,11 @@ class RunJob:
             self.paths = list(paths)
             self.profile = alone_profile(self.paths, self.volumes, net.capacity)
             self.period = self.spec.compute + max(0.0, self.profile.duration - self.spec.slack)
+
+    def refresh_profile(self, net: Network) -> None:
+        """Re-time the all-reduce alone after link capacities changed (the ideal time stays the reference)."""
+        self.profile = alone_profile(self.paths, self.volumes, net.capacity)
+        self.period = self.spec.compute + max(0.0, self.profile.duration - self.spec.slack)
 
     @property
     def wait(self) -> float:
@@ -176,6 +182,22 @@ class RunJob:
     def rate_at(self, t: float) -> float:
         """R = iterations x ideal / (t - start)."""
         return float(progress_rate(self.iterations_at(t), self.ideal, self.start, max(t, self.start)))
+
+    def policy_rate(self, t: float, window: Optional[float] = None, half_life: Optional[float] = None) -> float:
+        """The R a policy ranks by at ``t``: cumulative (as :meth:`rate_at`), over the last ``window`` s,
+        or decayed with ``half_life`` (leveller.core.rate); keeps a (time, iterations) sample per call."""
+        horizon = history_horizon(window, half_life)
+        if horizon is None:
+            return self.rate_at(t)
+        t = max(t, self.start)
+        n = self.iterations_at(t)
+        last_t, last_n = self.history[-1]
+        if t > last_t and n >= last_n:
+            self.history.append((t, n))
+            if len(self.history) > 64 and self.history[1][0] <= t - horizon:
+                self.history = trim_history(self.history, t, horizon)
+        hist = [p for p in self.history if p[0] <= t and p[1] <= n]
+        return float(progress_rate(n, self.ideal, self.start, t, hist, window, half_life))
 
     def compute_time(self, t: float) -> float:
         """GPU-busy seconds (per GPU) spent computing until ``t``."""

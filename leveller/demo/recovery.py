@@ -1,0 +1,161 @@
+"""Recovery after a disturbance on the live testbed: cumulative vs windowed vs decayed R.
+
+The demo's cluster (h1, h2, h3 -> h4 on one switch, 100 Mbit/s, K = 2) and the
+paper's pair: j1 (C:M = 1:1) sends from h1, j2 (1:2) from h2, both to h4, so
+they meet on the switch port towards h4. The controller runs leveller with
+each kind of R in turn (`--rate-window`, `--rate-half-life`). At ``at_s``
+into each run an unmanaged flow (iperf3 UDP at twice the link rate, reported
+by no agent, never marked) leaves h1 for h3 for ``seconds``: it fills h1's
+egress queue, so j1 starves while j2 and the port towards h4 are untouched.
+R is measured from the jobs' logs (leveller.bench.recovery: steady min R,
+recovery time into the 5 % band, dip, final min R); the controller's
+decisions say who held the top level when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, recovery_figures
+from leveller.demo.cluster import DemoCluster
+from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
+from leveller.demo.scenario import LINK_MBPS, plan
+
+FLOOD_PORT = 5299
+FLOOD_FROM, FLOOD_TO = "h1", "h3"  # j1's sender, and a host no job uses
+STARVED_JOB = "j1"
+Note = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LiveRecoverySetup:
+    at_s: float = 40.0  # the flood starts this long after the jobs
+    seconds: float = 30.0  # and lasts this long
+    run_s: float = 240.0  # length of each run
+    warmup_s: float = 15.0  # steady min R is measured from here to the flood
+    tau_s: float = 0.1
+    alone_s: float = 10.0  # profiling run per job shape
+    measure_s: float = 10.0
+    hold_s: float = 10.0
+    band: float = 0.05
+
+
+@dataclass
+class Flood:
+    """iperf3 UDP from h1 to h3 at twice the link rate, ``at_s`` after entering, for ``seconds``."""
+
+    cluster: DemoCluster
+    at_s: float
+    seconds: float
+    started: float | None = None
+    stopped: float | None = None
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["Flood"]:
+        tb = self.cluster.testbed
+        server = subprocess.Popen(tb.exec_argv(FLOOD_TO, ["iperf3", "-s", "-1", "-p", str(FLOOD_PORT)]),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._procs.append(server)
+        t0 = time.time()
+        self._thread = threading.Thread(target=self._run, args=(t0,), daemon=True)
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(timeout=self.at_s + self.seconds + 10)
+            for p in self._procs:
+                if p.poll() is None:
+                    p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def _run(self, t0: float) -> None:
+        if self._stop.wait(max(0.0, t0 + self.at_s - time.time())):
+            return
+        tb = self.cluster.testbed
+        argv = ["iperf3", "-c", self.cluster.ip(FLOOD_TO), "-p", str(FLOOD_PORT), "-u", "-b",
+                f"{2 * LINK_MBPS:g}M", "-l", "1400", "-t", f"{self.seconds:g}", "--connect-timeout", "3000"]
+        self.started = time.time()
+        client = subprocess.Popen(tb.exec_argv(FLOOD_FROM, argv), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        self._procs.append(client)
+        while client.poll() is None and not self._stop.wait(0.1):
+            pass
+        if client.poll() is None:
+            client.terminate()
+        client.wait()
+        self.stopped = time.time()
+
+
+@dataclass
+class LiveRecoveryRun:
+    mode: RateMode
+    figures: RecoveryFigures
+    output: RunOutput
+    flood: tuple[float, float]  # (start, end) in seconds from the jobs' start
+
+    def top_share(self, job: str, a: float, b: float) -> float:
+        """Share of the controller's decisions in [a, b] s (from the jobs' start) with ``job`` first."""
+        t0 = self.output.t_start
+        orders = [d["order"] for d in self.output.decisions
+                  if d.get("order") and a <= d.get("t", 0) - t0 <= b]
+        return sum(1 for o in orders if o[0] == job) / len(orders) if orders else float("nan")
+
+
+def controller_args(mode: RateMode) -> list[str]:
+    if mode.window_s is not None:
+        return ["--rate-window", f"{mode.window_s:g}"]
+    if mode.half_life_s is not None:
+        return ["--rate-half-life", f"{mode.half_life_s:g}"]
+    return []
+
+
+def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str = "recovery",
+                  note: Note = lambda _: None, step: Callable[[str, float], None] = lambda _a, _b: None
+                  ) -> tuple[list[LiveRecoveryRun], dict[str, float]]:
+    """Profile the pair's shapes alone, then one run per mode with the flood; figures per run."""
+    settings = LiveSettings(seconds=setup.run_s, tau_s=setup.tau_s, alone_s=setup.alone_s)
+    jobs = plan("pair")
+    runs: list[LiveRecoveryRun] = []
+    with DemoCluster(name, progress=note) as cluster:
+        ideal: dict[str, float] = {}
+        for job in jobs:
+            ideal[job.name] = profile_alone(cluster, job, settings, lambda f, j=job: step(f"profiling {j.name}", f))
+        for mode in modes:
+            flood = Flood(cluster, setup.at_s, setup.seconds)
+            out = run_policy(cluster, f"recovery-{len(runs)}", "leveller", jobs, ideal, settings,
+                             lambda f, m=mode: step(m.name, f), background=flood.running,
+                             controller_args=controller_args(mode))
+            if flood.started is None or flood.stopped is None:
+                raise RuntimeError("the unmanaged flow never ran (iperf3 in the testbed's namespaces)")
+            d = Disturbance(STARVED_JOB, flood.started - out.t_start, flood.stopped - flood.started)
+            ends = {j.name: [t - out.t_start for t in out.logs[j.name].end_times()] for j in jobs}
+            starts = {j.name: (out.logs[j.name].start or out.t_start) - out.t_start for j in jobs}
+            figures = recovery_figures(mode, ends, starts, ideal, d, out.t_end - out.t_start, setup.warmup_s,
+                                       setup.measure_s, setup.hold_s, setup.band)
+            runs.append(LiveRecoveryRun(mode, figures, out, (d.start_s, d.end_s)))
+            note(f"{mode.name}: steady min R {figures.steady_min:.3f}, recovery "
+                 f"{'-' if figures.recovery_s is None else f'{figures.recovery_s:.1f} s'}")
+    return runs, ideal
+
+
+def summary(runs: Sequence[LiveRecoveryRun]) -> list[dict[str, Any]]:
+    """Figures per run plus who held the top level during and after the flood."""
+    out = []
+    for r in runs:
+        a, b = r.flood
+        out.append(r.figures.to_dict() | {"flood_s": [round(a, 2), round(b, 2)],
+                                          "j1_first_after": r.top_share(STARVED_JOB, b, b + 20)})
+    return out
