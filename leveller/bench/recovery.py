@@ -22,8 +22,9 @@ Pure functions over end times, plus the simulator driver (leveller.sim.link).
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 Ends = Sequence[float]  # iteration end times of one job, increasing
@@ -57,6 +58,20 @@ class Disturbance:
 
 
 @dataclass(frozen=True)
+class Trace:
+    """What one run left to measure: iteration end times, starts and ideal times per job."""
+
+    ends: dict[str, list[float]]
+    starts: dict[str, float]
+    ideal: dict[str, float]
+    disturbance: "Disturbance"
+    horizon_s: float
+
+    def min_rate(self, a: float, b: float) -> float:
+        return min(stretch_rate(self.ends[j], self.starts[j], self.ideal[j], a, b) for j in self.ends)
+
+
+@dataclass(frozen=True)
 class RecoveryFigures:
     mode: str
     window_s: Optional[float]
@@ -65,9 +80,12 @@ class RecoveryFigures:
     recovery_s: Optional[float]
     dip_min: float  # lowest min R(t) once the measurement window no longer covers the disturbance
     final_min: float
+    trace: Optional[Trace] = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("trace")
+        return out
 
 
 def progress(ends: Ends, start: float, t: float) -> float:
@@ -101,9 +119,8 @@ def recovery_figures(mode: RateMode, ends: dict[str, Ends], starts: dict[str, fl
         raise ValueError(f"the run ({horizon_s:g} s) ends before the disturbance ({disturbance.end_s:g} s) "
                          f"plus the hold time {hold_s:g} s")
 
-    def min_rate(a: float, b: float) -> float:
-        return min(stretch_rate(ends[j], starts[j], ideal[j], a, b) for j in ends)
-
+    trace = Trace({j: list(e) for j, e in ends.items()}, dict(starts), dict(ideal), disturbance, horizon_s)
+    min_rate = trace.min_rate
     steady = min_rate(warmup_s, disturbance.start_s)
     times, t = [], disturbance.end_s
     while t <= horizon_s + 1e-9:
@@ -121,7 +138,38 @@ def recovery_figures(mode: RateMode, ends: dict[str, Ends], starts: dict[str, fl
             break
     after = [m for x, m in zip(times, series) if x >= disturbance.end_s + measure_s] or series
     return RecoveryFigures(mode.name, mode.window_s, mode.half_life_s, steady, recovery, min(after),
-                           min_rate(max(disturbance.end_s, horizon_s - final_s), horizon_s))
+                           min_rate(max(disturbance.end_s, horizon_s - final_s), horizon_s), trace)
+
+
+def plot_recovery(path: Path, figures: Sequence[RecoveryFigures], measure_s: float, title: str) -> None:
+    """One panel per kind of R: each job's R over the last ``measure_s`` seconds against time, the
+    disturbance shaded, the steady min R and its band drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = [f.trace for f in figures if f.trace is not None]
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 2.4 * len(traces)), sharex=True, squeeze=False)
+    for ax, f, tr in zip(axes[:, 0], figures, traces):
+        d = tr.disturbance
+        times = [measure_s + 0.5 * k for k in range(int((tr.horizon_s - measure_s) / 0.5) + 1)]
+        for job in sorted(tr.ends):
+            ax.plot(times, [stretch_rate(tr.ends[job], tr.starts[job], tr.ideal[job], t - measure_s, t)
+                            for t in times], label=f"job {job}", linewidth=1)
+        ax.axvspan(d.start_s, d.end_s, color="grey", alpha=0.25, label=f"job {d.job} starved")
+        ax.axhspan(f.steady_min * 0.95, f.steady_min * 1.05, color="green", alpha=0.12, label="steady min R +-5%")
+        shown = "-" if f.recovery_s is None else f"{f.recovery_s:.1f} s"
+        ax.set_title(f"ranked by {f.mode}: recovery {shown}", fontsize=9)
+        ax.set_ylim(0, 1.1)
+        ax.set_ylabel(f"R, last {measure_s:g} s")
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="lower left")
+    axes[-1, 0].set_xlabel("seconds")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # ---- the fluid simulator ---------------------------------------------------------------------------

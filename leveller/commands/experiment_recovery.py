@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
@@ -62,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="recovered = inside the band for S seconds (default 10)")
     parser.add_argument("--band", type=float, default=0.05, metavar="F",
                         help="relative band around the steady min R (default 0.05)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="also write DIR/recovery.json and DIR/recovery.png (R over time per kind of R); "
+                        "on the testbed, each run's job logs and controller decisions too")
     parser.add_argument("--name", default="recovery", help="testbed name (--where testbed; default recovery)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -106,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
         setup = LiveRecoverySetup(at_s=args.at, seconds=args.seconds, run_s=args.run, warmup_s=args.warmup,
                                   measure_s=args.measure, hold_s=args.hold, band=args.band)
         with _progress(args.json) as (note, step):
-            runs, ideal = live_recovery(modes, setup, name=args.name, note=note, step=step)
+            runs, ideal = live_recovery(modes, setup, name=args.name, note=note, step=step,
+                                        keep=Path(args.out) if args.out else None)
         out["ideal_s"] = ideal
         out["modes"] = summary(runs)
+        figures = [r.figures for r in runs]
     else:
         d = Disturbance(args.starve, args.at, args.seconds)
         if args.where == "link":
@@ -118,6 +124,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             figures = network_recovery(modes, d, args.run, args.warmup, **kw)
         out["modes"] = [f.to_dict() for f in figures]
+    if args.out:
+        from leveller.bench.recovery import plot_recovery
+
+        outdir = Path(args.out)
+        outdir.mkdir(parents=True, exist_ok=True)
+        (outdir / "recovery.json").write_text(json.dumps(out, indent=1))
+        dist = out["disturbance"]
+        plot_recovery(outdir / "recovery.png", figures, args.measure,
+                      f"{args.where}: job {dist['job']} starved {dist['seconds']:g} s from {dist['at_s']:g} s")
+        out["plot"] = str(outdir / "recovery.png")
     if args.json:
         print(json.dumps(out))
         return 0
@@ -171,3 +187,5 @@ def _table(out: dict[str, Any]) -> None:
         table.add_row(m["mode"], f"{m['steady_min']:.3f}", "-" if m["recovery_s"] is None else f"{m['recovery_s']:.1f}",
                       f"{m['dip_min']:.3f}", f"{m['final_min']:.3f}")
     Console().print(table)
+    if "plot" in out:
+        Console().print(f"R over time: {out['plot']}")

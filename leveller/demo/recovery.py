@@ -4,9 +4,13 @@ The demo's cluster (h1, h2, h3 -> h4 on one switch, 100 Mbit/s, K = 2) and the
 paper's pair: j1 (C:M = 1:1) sends from h1, j2 (1:2) from h2, both to h4, so
 they meet on the switch port towards h4. The controller runs leveller with
 each kind of R in turn (`--rate-window`, `--rate-half-life`). At ``at_s``
-into each run an unmanaged flow (iperf3 UDP at twice the link rate, reported
-by no agent, never marked) leaves h1 for h3 for ``seconds``: it fills h1's
-egress queue, so j1 starves while j2 and the port towards h4 are untouched.
+into each run an unmanaged flow (iperf3 UDP a little above the link rate,
+reported by no agent, never marked) leaves h1 for h3 for ``seconds``. h1's
+egress has its own strict priority for that traffic (an HTB class above
+everything else, e.g. a host's storage traffic), so j1 starves while j2 and
+the switch port towards h4 are untouched; outside the flood h1's egress shapes
+like every host's (same rate, same 20 ms of queue), and it gets its usual
+shaper back after the run.
 R is measured from the jobs' logs (leveller.bench.recovery: steady min R,
 recovery time into the 5 % band, dip, final min R); the controller's
 decisions say who held the top level when.
@@ -15,16 +19,19 @@ decisions say who held the top level when.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, recovery_figures
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
 from leveller.demo.scenario import LINK_MBPS, plan
+from leveller.testbed.ovs import run
 
 FLOOD_PORT = 5299
 FLOOD_FROM, FLOOD_TO = "h1", "h3"  # j1's sender, and a host no job uses
@@ -58,9 +65,39 @@ class Flood:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
+    def _priority_egress(self) -> None:
+        """h1's egress: HTB with the flood's class (UDP to FLOOD_PORT) strictly above the rest; the rest
+        queues like the usual shaper (bfifo of its size)."""
+        rate = f"{LINK_MBPS:g}mbit"
+        limit = str(max(64_000, int(LINK_MBPS * 1e6 / 8 * 0.002)) + int(LINK_MBPS * 1e6 / 8 * 0.02))
+        tc = ["tc"]
+        # children of one parent class: only siblings under a parent lend each other bandwidth
+        for argv in (["qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2"],
+                     ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate", rate,
+                      "ceil", rate],
+                     ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:1", "htb", "rate", rate,
+                      "ceil", rate, "prio", "0"],
+                     ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:2", "htb", "rate", "8kbit",
+                      "ceil", rate, "prio", "1"],
+                     ["qdisc", "add", "dev", "eth0", "parent", "1:2", "bfifo", "limit", limit],
+                     ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                      "match", "ip", "protocol", "17", "0xff", "match", "ip", "dport", str(FLOOD_PORT), "0xffff",
+                      "flowid", "1:1"]):
+            run(self.cluster.testbed.exec_argv(FLOOD_FROM, tc + argv))
+
+    def _usual_egress(self) -> None:
+        from leveller.testbed.cluster import host_shaper
+
+        run(self.cluster.testbed.exec_argv(FLOOD_FROM, host_shaper(LINK_MBPS)), check=False)
+
     @contextlib.contextmanager
     def running(self) -> Iterator["Flood"]:
         tb = self.cluster.testbed
+        try:
+            self._priority_egress()
+        except BaseException:
+            self._usual_egress()
+            raise
         server = subprocess.Popen(tb.exec_argv(FLOOD_TO, ["iperf3", "-s", "-1", "-p", str(FLOOD_PORT)]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self._procs.append(server)
@@ -70,6 +107,7 @@ class Flood:
         try:
             yield self
         finally:
+            self._usual_egress()
             self._stop.set()
             self._thread.join(timeout=self.at_s + self.seconds + 10)
             for p in self._procs:
@@ -86,7 +124,7 @@ class Flood:
             return
         tb = self.cluster.testbed
         argv = ["iperf3", "-c", self.cluster.ip(FLOOD_TO), "-p", str(FLOOD_PORT), "-u", "-b",
-                f"{2 * LINK_MBPS:g}M", "-l", "1400", "-t", f"{self.seconds:g}", "--connect-timeout", "3000"]
+                f"{1.2 * LINK_MBPS:g}M", "-l", "1400", "-t", f"{self.seconds:g}", "--connect-timeout", "3000"]
         self.started = time.time()
         client = subprocess.Popen(tb.exec_argv(FLOOD_FROM, argv), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
@@ -123,9 +161,10 @@ def controller_args(mode: RateMode) -> list[str]:
 
 
 def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str = "recovery",
-                  note: Note = lambda _: None, step: Callable[[str, float], None] = lambda _a, _b: None
-                  ) -> tuple[list[LiveRecoveryRun], dict[str, float]]:
-    """Profile the pair's shapes alone, then one run per mode with the flood; figures per run."""
+                  note: Note = lambda _: None, step: Callable[[str, float], None] = lambda _a, _b: None,
+                  keep: Path | None = None) -> tuple[list[LiveRecoveryRun], dict[str, float]]:
+    """Profile the pair's shapes alone, then one run per mode with the flood; figures per run.
+    ``keep``: copy each run's files (job logs, controller decisions, agents' output) there."""
     settings = LiveSettings(seconds=setup.run_s, tau_s=setup.tau_s, alone_s=setup.alone_s)
     jobs = plan("pair")
     runs: list[LiveRecoveryRun] = []
@@ -135,9 +174,13 @@ def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str
             ideal[job.name] = profile_alone(cluster, job, settings, lambda f, j=job: step(f"profiling {j.name}", f))
         for mode in modes:
             flood = Flood(cluster, setup.at_s, setup.seconds)
-            out = run_policy(cluster, f"recovery-{len(runs)}", "leveller", jobs, ideal, settings,
+            tag = f"recovery-{len(runs)}"
+            out = run_policy(cluster, tag, "leveller", jobs, ideal, settings,
                              lambda f, m=mode: step(m.name, f), background=flood.running,
                              controller_args=controller_args(mode))
+            if keep is not None:
+                shutil.copytree(cluster.work_dir / tag, keep / f"{tag}-{mode.name.replace(' ', '-')}",
+                                dirs_exist_ok=True)
             if flood.started is None or flood.stopped is None:
                 raise RuntimeError("the unmanaged flow never ran (iperf3 in the testbed's namespaces)")
             d = Disturbance(STARVED_JOB, flood.started - out.t_start, flood.stopped - flood.started)
@@ -152,10 +195,13 @@ def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str
 
 
 def summary(runs: Sequence[LiveRecoveryRun]) -> list[dict[str, Any]]:
-    """Figures per run plus who held the top level during and after the flood."""
+    """Figures per run, j1's iterations while flooded (after its first second), and the share of
+    decisions in the 20 s after the flood that put j1 first."""
     out = []
     for r in runs:
         a, b = r.flood
+        ends = [t - r.output.t_start for t in r.output.logs[STARVED_JOB].end_times()]
         out.append(r.figures.to_dict() | {"flood_s": [round(a, 2), round(b, 2)],
+                                          "starved_iterations": sum(1 for t in ends if a + 1 < t <= b),
                                           "j1_first_after": r.top_share(STARVED_JOB, b, b + 20)})
     return out

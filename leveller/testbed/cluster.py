@@ -220,6 +220,13 @@ def _rmdir_base(run_dir: Path) -> None:
             pass
 
 
+def host_shaper(rate_mbps: float) -> list[str]:
+    """The tc command that shapes a host's eth0 egress to its link rate (a TBF, 20 ms of queue)."""
+    burst = max(64_000, int(rate_mbps * 1e6 / 8 * 0.002))
+    return ["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{rate_mbps}mbit",
+            "burst", str(burst), "latency", "20ms"]
+
+
 def _ns_exec(ns: str, *argv: str) -> None:
     run(["ip", "netns", "exec", ns, *argv])
 
@@ -278,10 +285,7 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress, qos: b
                 if other.name != h.name:
                     ipr.neigh("add", dst=other.ip, lladdr=other.mac, ifindex=idx, state="permanent")
         _ns_exec(ns, "ethtool", "-K", "eth0", "tx", "off")
-        rate = topo.host_link(h.name).rate_mbps
-        burst = max(64_000, int(rate * 1e6 / 8 * 0.002))
-        _ns_exec(ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{rate}mbit",
-                 "burst", str(burst), "latency", "20ms")
+        _ns_exec(ns, *host_shaper(topo.host_link(h.name).rate_mbps))
 
     progress("starting Open vSwitch")
     ovs = OvsInstance(tb.run_dir / "ovs", sw_ns)
