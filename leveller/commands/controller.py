@@ -166,8 +166,10 @@ def run(args: argparse.Namespace) -> int:
         d = ctl.decision
         if args.json:
             mism = [m.__dict__ for m in ctl.enforcement.mismatches()] if ctl.enforcement is not None else []
+            jobs = {j.name: {"ideal": j.ideal_time, "profiling": j.profiling, "weight": j.weight}
+                    for j in ctl.last_jobs}
             line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
-                    "rates": d.rates if d else {}, "enforcement_mismatches": mism,
+                    "rates": d.rates if d else {}, "jobs": jobs, "enforcement_mismatches": mism,
                     "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}
             plan = ctl.shift_planner.plan if ctl.shift_planner is not None else None
             if plan is not None:

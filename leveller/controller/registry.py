@@ -69,6 +69,7 @@ class JobState:
     work_base: float = 0.0
     iter_base: int = 0
     last_sampled: int = 0  # iterations at the latest sample (a new ideal time applies from there)
+    window_from: int | None = None  # iterations when the open / last profiling window opened
     history: list[tuple[float, float]] = field(default_factory=list)  # (time, ideal-seconds done)
     # drift detection: recent iteration durations, all and those run wholly at the top of the order
     last_end: tuple[int, float] | None = None
@@ -162,8 +163,12 @@ class Registry:
             if state.ideal_in_use is None:  # the first ideal time values every iteration since the start
                 state.ideal_in_use, state.work_base, state.iter_base = ideal, 0.0, 0
                 state.history = [(start, 0.0)] if start <= now else []
-            elif ideal != state.ideal_in_use:  # iterations since the last step count at the new ideal time
-                at = min(iterations, max(state.last_sampled, state.iter_base))
+            elif ideal != state.ideal_in_use:
+                # the new ideal time values the iterations since the window that measured it opened (else
+                # since the last step); the ones before keep the old value
+                since = state.window_from if state.window_from is not None else state.last_sampled
+                at = min(iterations, max(since, state.iter_base))
+                state.window_from = None
                 state.work_base = state.work(at) or 0.0
                 state.iter_base, state.ideal_in_use = at, ideal
             state.last_sampled = iterations
@@ -228,7 +233,7 @@ class Registry:
         waiting = sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
                          and s.profiler.ideal is None and n not in reported)
         if waiting:
-            self.jobs[waiting[0][1]].profiler.start_window(now)
+            self._open_window(self.jobs[waiting[0][1]], now)
             return
         if self.drift_tolerance:
             for _, name in sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
@@ -240,7 +245,7 @@ class Registry:
                     LOG.info("job %s: iterations %s than its ideal time %.4g s (beyond %.0f%%): profiling again",
                              name, kind, state.profiler.ideal, 100 * self.drift_tolerance)
                     state.drift = kind
-                    state.profiler.start_window(now)
+                    self._open_window(state, now)
                     state.durations.clear()
                     state.top_durations.clear()
                     return
@@ -248,8 +253,13 @@ class Registry:
                      if n in live_jobs and s.next_reprofile is not None and s.next_reprofile <= now)
         if due:
             state = self.jobs[due[0][1]]
-            state.profiler.start_window(now)
+            self._open_window(state, now)
             state.next_reprofile = None
+
+    @staticmethod
+    def _open_window(state: JobState, now: float) -> None:
+        state.profiler.start_window(now)
+        state.window_from = state.last_fed
 
     def _merged(self, now: float) -> dict[str, tuple[int, float]]:
         """job -> (most iterations, earliest start) over the live agents' reports."""

@@ -79,6 +79,7 @@ class Controller:
         self._stepping = threading.Lock()  # one step at a time (run loop, benchmarks, tests)
         self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
         self.enforcement: Any = None  # an EnforcementMonitor, set by the caller (needs the SDN app)
+        self.last_jobs: list[Any] = []  # the JobInputs of the latest decision
 
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
@@ -219,6 +220,7 @@ class Controller:
             raise
         with self._lock:
             self.registry.note_order(decision.order, now)
+            self.last_jobs = jobs
             self.decision = decision
             self._decided_at = inputs_at
             self.epoch += 1

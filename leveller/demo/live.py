@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
@@ -113,25 +113,32 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def job_spec(cluster: DemoCluster, job: LiveJob, seconds: float, shift_file: Path | None = None) -> Any:
+def job_spec(cluster: DemoCluster, job: LiveJob, seconds: float, shift_file: Path | None = None,
+             compute_changes: tuple[tuple[float, float], ...] = ()) -> Any:
     from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
 
     workers = tuple(WorkerPlace(cluster.ip(h), cluster.netns(h)) for h in job.hosts)
     return JobSpec(job.name, workers, job.compute_s, job.comm_s, job.rate_mbps * 1e6, pattern=job.pattern,
                    port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE, window_bytes=WINDOW_BYTES,
-                   slack_s=job.slack_s, shift_file=str(shift_file) if shift_file else None)
+                   slack_s=job.slack_s, shift_file=str(shift_file) if shift_file else None,
+                   compute_changes=compute_changes)
 
 
 def _run_jobs(cluster: DemoCluster, jobs: Sequence[LiveJob], log_dir: Path, seconds: float, tick: Tick,
-              shift_dir: Path | None = None) -> tuple[dict[str, JobLog], float, float]:
-    """Start every job at once, wait for the end; returns the logs and the common window."""
+              shift_dir: Path | None = None,
+              compute_changes: Mapping[str, tuple[tuple[float, float], ...]] | None = None
+              ) -> tuple[dict[str, JobLog], float, float]:
+    """Start every job at once, wait for the end; returns the logs and the common window.
+    ``compute_changes``: job -> (seconds after its start, new compute seconds)."""
     from leveller.jobs.control import shift_path
     from leveller.jobs.launcher import JobRun
 
     paths = {j.name: log_dir / f"{j.name}.log" for j in jobs}
+    changes = compute_changes or {}
     with contextlib.ExitStack() as stack:
         runs = [stack.enter_context(JobRun(job_spec(cluster, j, seconds,
-                                                    shift_path(shift_dir, j.name) if shift_dir else None),
+                                                    shift_path(shift_dir, j.name) if shift_dir else None,
+                                                    changes.get(j.name, ())),
                                            log=str(paths[j.name])))
                 for j in jobs]
         t_start = min(r.started_at for r in runs)
@@ -167,19 +174,22 @@ def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, ti
 
 def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
                settings: LiveSettings, tick: Tick = _noop,
-               background: Callable[[], ContextManager[Any]] | None = None, controller_args: Sequence[str] = ()
-               ) -> RunOutput:
+               background: Callable[[], ContextManager[Any]] | None = None, controller_args: Sequence[str] = (),
+               port: int | None = None, declare_ideal: bool = True,
+               compute_changes: Mapping[str, tuple[tuple[float, float], ...]] | None = None) -> RunOutput:
     """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.
     The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``.
     ``background()`` is entered just before the jobs start and left after they end (e.g. traffic that
-    disturbs them); ``controller_args`` go to `leveller controller`."""
+    disturbs them); ``controller_args`` go to `leveller controller` (listening on ``port``, default a
+    free one); without ``declare_ideal`` the agents declare no ideal time (the controller profiles the
+    jobs); ``compute_changes``: job -> (seconds after its start, new compute seconds)."""
     work = cluster.work_dir / tag
     work.mkdir(parents=True, exist_ok=True)
     secret = cluster.work_dir / "secret"
     if not secret.exists():
         secret.write_text(os.urandom(24).hex())
         secret.chmod(0o600)
-    port = free_port()
+    port = port or free_port()
     bound = str(settings.seconds + 60)  # every process ends by itself even if we vanish
     ctl_argv = _cli("controller", "--listen", f"127.0.0.1:{port}", "--secret-file", str(secret),
                     "--policy", policy, "--levels", str(settings.levels), "--tau", str(settings.tau_s),
@@ -203,15 +213,17 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
             if settings.overlap:
                 argv.append("--overlap")
             for j in mine:
-                argv += ["--log", str(logs[j.name]), "--job-ports", j.ports,
-                         "--ideal-time", f"{j.name}={ideal[j.name]:.6f}"]
+                argv += ["--log", str(logs[j.name]), "--job-ports", j.ports]
+                if declare_ideal:
+                    argv += ["--ideal-time", f"{j.name}={ideal[j.name]:.6f}"]
             out = work / f"agent-{host}.jsonl"
             agents.append(stack.enter_context(_process(argv, out, cluster.work_dir)))
             outs.append(out)
         _wait_for("agents", lambda: all(o.exists() and o.stat().st_size > 0 for o in outs), agents, outs)
         if background is not None:
             stack.enter_context(background())
-        job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.seconds, tick, shift_dir=work)
+        job_logs, t_start, t_end = _run_jobs(cluster, jobs, work, settings.seconds, tick, shift_dir=work,
+                                             compute_changes=compute_changes)
     decisions = []
     for line in ctl_out.read_text().splitlines():
         try:

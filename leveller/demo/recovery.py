@@ -166,7 +166,7 @@ def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str
     """Profile the pair's shapes alone, then one run per mode with the flood; figures per run.
     ``keep``: copy each run's files (job logs, controller decisions, agents' output) there."""
     settings = LiveSettings(seconds=setup.run_s, tau_s=setup.tau_s, alone_s=setup.alone_s)
-    jobs = plan("pair")
+    jobs = [j.live(settings.unit_s) for j in plan("pair")]
     runs: list[LiveRecoveryRun] = []
     with DemoCluster(name, progress=note) as cluster:
         ideal: dict[str, float] = {}

@@ -168,3 +168,30 @@ def test_no_drift_detection_without_a_tolerance_or_for_reported_ideal_times() ->
         _iterations(reg, "a", ends, 4.9, ideal)
         reg.update_profiling(4.9)
         assert not reg.jobs["a"].profiler.profiling
+
+
+def test_a_lone_job_that_drifts_keeps_r_near_one() -> None:
+    """Iterations of 1 s, then of 2.5 s from t = 30 on: re-profiled on drift, R stays ~1 (the paper's R with
+    the first ideal time would sink towards 0.4; re-valuing everything at the new one would jump above 1)."""
+    reg = Registry(stale_after_s=100, profile_samples=3, drift_tolerance=0.25)
+    ends: list[float] = []
+    now, next_end = 0.0, 1.0
+    rates = []
+    while now < 120:
+        now += 0.5
+        while next_end <= now:
+            ends.append(next_end)
+            next_end += 1.0 if next_end < 30 else 2.5
+        recent = tuple((i + 1, e) for i, e in enumerate(ends))[-50:]
+        reg.accept(rep("h1", JobReport("a", len(ends), 0.0, None, recent)), now=now)
+        reg.update_profiling(now)
+        reg.sample(now)
+        [j] = reg.job_inputs(now)
+        if j.ideal_time is not None and not j.profiling:
+            r = job_rate(j, now)
+            reg.note_order(["a"], now)
+            rates.append((now, r, j.ideal_time))
+    late = [(t, r, i) for t, r, i in rates if t > 60]
+    assert late and all(i == pytest.approx(2.5) for _, _, i in late)
+    assert all(0.85 <= r <= 1.05 for _, r, _ in late), late[:3]
+    assert rates[-1][1] == pytest.approx(1.0, abs=0.08)
