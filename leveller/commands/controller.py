@@ -65,12 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="profile a job again when its iterations say its time alone moved by more than "
                         "TOL (e.g. 0.25 = 25%%): recent iterations faster than ideal / (1 + TOL), or, while it "
                         "holds the top priority, slower than ideal x (1 + TOL); default off")
-    parser.add_argument("--rate-window", type=float, metavar="S",
-                        help="rank by R over the last S seconds instead of since each job's start "
-                        "(e.g. --rate-window 30)")
-    parser.add_argument("--rate-half-life", type=float, metavar="S",
-                        help="rank by R from iterations and time decayed with half-life S seconds "
-                        "(e.g. --rate-half-life 10)")
+    from leveller.commands.options import add_rate_options
+
+    add_rate_options(parser, "seconds (>= --tau)", "rank")
     parser.add_argument("--job-weight", action="append", default=[], metavar="JOB=W",
                         help="operator weight of a job: leveller ranks by R / W, so weight 4 keeps a job "
                         "ahead until its R is 4 times the others' (default 1 = the paper; wins over a "
@@ -92,19 +89,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def check_rate_options(args: argparse.Namespace) -> None:
-    """--rate-window / --rate-half-life / --reprofile-drift: in range, not both kinds of R."""
+def check_rate_options(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """(window, half-life) in seconds from --rate-window / --rate-half-life (between tau and a day, not
+    both); --reprofile-drift in range."""
     import math
 
-    for option, value in (("--rate-window", args.rate_window), ("--rate-half-life", args.rate_half_life)):
-        if value is not None and not (math.isfinite(value) and args.tau <= value <= 86400):
+    from leveller.commands.options import rate_options
+
+    window, half_life = (None if v is None else float(v) for v in rate_options(args))
+    for option, value in (("--rate-window", window), ("--rate-half-life", half_life)):
+        if value is not None and not args.tau <= value <= 86400:
             raise UserError(f"{option} {value:g}: must be between --tau ({args.tau:g} s) and 86400 seconds "
                             f"(e.g. {option} 30)")
-    if args.rate_window is not None and args.rate_half_life is not None:
-        raise UserError("give --rate-window or --rate-half-life, not both")
     drift = args.reprofile_drift
     if drift is not None and not (math.isfinite(drift) and 0.01 <= drift <= 10):
         raise UserError(f"--reprofile-drift {drift:g}: a relative tolerance in [0.01, 10] (e.g. 0.25 = 25%)")
+    return window, half_life
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stale_after is not None and not args.stale_after > args.tau:
         raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
     shapes = dict(parse_shape(s) for s in args.job_shape)
-    check_rate_options(args)
+    window_s, half_life_s = check_rate_options(args)
     from leveller.commands.options import parse_weights
 
     weights = parse_weights(args.job_weight)
@@ -145,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
-                     on_iteration=args.on_iteration, weights=weights, rate_window=args.rate_window,
-                     rate_half_life=args.rate_half_life, drift_tolerance=args.reprofile_drift)
+                     on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
+                     rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift)
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 

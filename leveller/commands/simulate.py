@@ -82,28 +82,6 @@ def parse_tau(text: str) -> Fraction:
     return tau
 
 
-def parse_seconds(option: str, text: Optional[str]) -> Optional[Fraction]:
-    """A duration > 0 given to ``option`` (None when the option is absent); time units or seconds."""
-    if text is None:
-        return None
-    try:
-        value = Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        value = Fraction(-1)
-    if not 0 < value <= 10**9:
-        raise UserError(f"{option} {text!r}: expected a number of time units > 0 (e.g. {option} 20)")
-    return value
-
-
-def rate_options(args: argparse.Namespace) -> tuple[Optional[Fraction], Optional[Fraction]]:
-    """(window, half-life) from --rate-window / --rate-half-life; at most one of them."""
-    window = parse_seconds("--rate-window", args.rate_window)
-    half_life = parse_seconds("--rate-half-life", args.rate_half_life)
-    if window is not None and half_life is not None:
-        raise UserError("give --rate-window or --rate-half-life, not both")
-    return window, half_life
-
-
 def parse_starve(text: str, jobs: int) -> Any:
     """``J:START:LEN`` (job number 1..jobs) into a leveller.sim.link.Starve."""
     from leveller.sim.link import Starve
@@ -184,6 +162,8 @@ def run_link(args: argparse.Namespace) -> int:
         jobs = list(PRESETS[args.preset])
     else:
         raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
+    from leveller.commands.options import rate_options
+
     window, half_life = rate_options(args)
     starve = [parse_starve(text, len(jobs)) for text in args.starve]
     policy = make_policy(args.policy, tau)
@@ -229,6 +209,8 @@ def no_simulator(args: argparse.Namespace) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from leveller.commands.options import add_rate_options
+
     parser.set_defaults(func=no_simulator)
     sub = parser.add_subparsers(dest="simulator", metavar="SIMULATOR")
     link = sub.add_parser("link", help="jobs sharing one link (exact fluid model)",
@@ -247,12 +229,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     link.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS, metavar="N",
                       help=f"refuse a run that could take more than N events (default {DEFAULT_MAX_EVENTS:,}; "
                       "see 'Event budget' above)")
-    link.add_argument("--rate-window", metavar="S",
-                      help="leveller ranks by R over the last S time units instead of since the start "
-                      "(e.g. --rate-window 20)")
-    link.add_argument("--rate-half-life", metavar="S",
-                      help="leveller ranks by R from iterations and time decayed with half-life S "
-                      "(e.g. --rate-half-life 10)")
+    add_rate_options(link, "time units")
     link.add_argument("--starve", action="append", default=[], metavar="J:START:LEN",
                       help="job J (1-based) cannot communicate for LEN time units from START, as if an "
                       "unmanaged flow held a link only J uses (e.g. --starve 1:60:30); repeatable")

@@ -143,7 +143,7 @@ def run_network(args: argparse.Namespace) -> int:
     duration = parse_seconds("--duration", args.duration, allow_zero=False)
     if args.seed is not None and args.seed < 0:
         raise UserError(f"--seed = {args.seed} is invalid; an integer >= 0")
-    from leveller.commands.simulate import rate_options
+    from leveller.commands.options import rate_options
 
     window, half_life = rate_options(args)
     net, jobs, placer = prepare(args)
@@ -248,11 +248,9 @@ def configure(link_parent: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--tau", default="0", metavar="S",
                    help="leveller re-ranking period in s; 0 = at every iteration end (default 0)")
     p.add_argument("--duration", metavar="S", help="simulated seconds (default: until every job finished)")
-    p.add_argument("--rate-window", metavar="S",
-                   help="leveller ranks by R over the last S seconds (e.g. --rate-window 20)")
-    p.add_argument("--rate-half-life", metavar="S",
-                   help="leveller ranks by R from iterations and time decayed with half-life S s "
-                   "(e.g. --rate-half-life 10)")
+    from leveller.commands.options import add_rate_options
+
+    add_rate_options(p, "seconds")
     p.add_argument("--disturb", action="append", default=[], metavar="LINK:START:SECONDS",
                    help="an unmanaged top-priority flow holds directed link LINK for SECONDS from START "
                    "(e.g. --disturb h1>s1:60:30); repeatable")

@@ -207,20 +207,16 @@ class Registry:
 
     def _reported_ideals(self, now: float) -> dict[str, float]:
         """job -> the ideal time a live agent reports for it (the first by host name)."""
-        out: dict[str, float] = {}
-        for a in self.live(now):
-            for j in a.report.jobs:
-                if j.ideal_time is not None:
-                    out.setdefault(j.job, j.ideal_time)
-        return out
+        return self._declared(now, "ideal_time")
 
-    def _reported_weights(self, now: float) -> dict[str, float]:
-        """job -> the weight a live agent declares for it (the first by host name)."""
+    def _declared(self, now: float, field_name: str) -> dict[str, float]:
+        """job -> a field live agents declare for it (``ideal_time``, ``weight``): the first by host name."""
         out: dict[str, float] = {}
         for a in self.live(now):
             for j in a.report.jobs:
-                if j.weight is not None:
-                    out.setdefault(j.job, j.weight)
+                value = getattr(j, field_name)
+                if value is not None:
+                    out.setdefault(j.job, value)
         return out
 
     def update_profiling(self, now: float) -> None:
@@ -286,7 +282,7 @@ class Registry:
         reached this controller, so a standby fed the same reports ranks ties the same."""
         merged = self._merged(now)
         ideals = self._ideals(now, merged)
-        declared = self._reported_weights(now)
+        declared = self._declared(now, "weight")
         out = []
         for name in sorted(merged, key=lambda n: (merged[n][1], n)):
             state, ideal = self.jobs[name], ideals[name]
