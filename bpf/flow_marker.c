@@ -76,14 +76,17 @@ static __always_inline int parse_ports(void *l4, void *data_end, __u8 proto,
 	return 0;
 }
 
-/* Add this packet to its flow's counters (create the entry if new). */
-static __always_inline void count_packet(struct __sk_buff *skb, struct flow_key *key)
+/* Add this packet to its flow's counters, and to its flow's counters for the
+ * DSCP it leaves with (create the entries if new). */
+static __always_inline void count_packet(struct __sk_buff *skb, struct flow_key *key, __u8 dscp)
 {
 	__u64 bytes = skb->len - ETH_HLEN;
 	__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cgroup_id = bpf_skb_cgroup_id(skb);
 	struct flow_stats *st = flow_stats_egress.lookup(key);
+	struct flow_dscp_key dk;
+	struct flow_dscp_stats *ds;
 
 	if (!st) {
 		struct flow_stats fresh = {
@@ -92,41 +95,32 @@ static __always_inline void count_packet(struct __sk_buff *skb, struct flow_key 
 		};
 
 		if (flow_stats_egress.insert(key, &fresh) == 0)
-			return;
+			goto by_dscp;
 		/* Another CPU created it first: fall through and add. */
 		st = flow_stats_egress.lookup(key);
 		if (!st)
-			return;
+			goto by_dscp;
 	}
 	__sync_fetch_and_add(&st->bytes, bytes);
 	__sync_fetch_and_add(&st->packets, segs);
 	st->last_seen_ns = now;
 	st->cgroup_id = cgroup_id;
-}
-
-/* Add this packet to its flow's counters for the DSCP it leaves with. */
-static __always_inline void count_dscp(struct __sk_buff *skb, struct flow_key *key, __u8 dscp)
-{
-	struct flow_dscp_key dk;
-	struct flow_dscp_stats *st;
-	__u64 bytes = skb->len - ETH_HLEN;
-	__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
-
+by_dscp:
 	__builtin_memset(&dk, 0, sizeof(dk));
 	dk.flow = *key;
 	dk.dscp = dscp & FLOW_DSCP_MASK;
-	st = flow_dscp_stats_egress.lookup(&dk);
-	if (!st) {
+	ds = flow_dscp_stats_egress.lookup(&dk);
+	if (!ds) {
 		struct flow_dscp_stats fresh = { .bytes = bytes, .packets = segs };
 
 		if (flow_dscp_stats_egress.insert(&dk, &fresh) == 0)
 			return;
-		st = flow_dscp_stats_egress.lookup(&dk);
-		if (!st)
+		ds = flow_dscp_stats_egress.lookup(&dk);
+		if (!ds)
 			return;
 	}
-	__sync_fetch_and_add(&st->bytes, bytes);
-	__sync_fetch_and_add(&st->packets, segs);
+	__sync_fetch_and_add(&ds->bytes, bytes);
+	__sync_fetch_and_add(&ds->packets, segs);
 }
 
 /* Whether the agent's lease still runs (a deadline of 0 never does). */
@@ -172,10 +166,9 @@ static __always_inline void handle_ipv4(struct __sk_buff *skb, void *data, void 
 	key.ip_version = 4;
 	old_tos = iph->tos;
 
-	count_packet(skb, &key);
 	dscp = wanted_dscp(&key);
 	new_tos = dscp < 0 ? old_tos : (old_tos & 0x03) | (__u8)(dscp << 2);
-	count_dscp(skb, &key, new_tos >> 2);
+	count_packet(skb, &key, new_tos >> 2);
 	if (new_tos == old_tos)
 		return;
 	/* TOS is the low byte of the header's first 16-bit word. */
@@ -207,11 +200,10 @@ static __always_inline void handle_ipv6(struct __sk_buff *skb, void *data, void 
 	/* First word: version(4) | traffic class(8) | flow label high nibble(4). */
 	old_word = bpf_ntohs(*(__be16 *)ip6h);
 
-	count_packet(skb, &key);
 	dscp = wanted_dscp(&key);
 	old_tc = (old_word >> 4) & 0xff;
 	new_tc = dscp < 0 ? old_tc : (old_tc & 0x03) | (__u8)(dscp << 2);
-	count_dscp(skb, &key, new_tc >> 2);
+	count_packet(skb, &key, new_tc >> 2);
 	if (new_tc == old_tc)
 		return;
 	new_word = (old_word & 0xf00f) | ((__u16)new_tc << 4);

@@ -8,8 +8,9 @@ by one. Each result is checked by leveller.bench.fuzz_oracle, which decides
 from the frame's bytes alone what the program must do. Frames go in chunks;
 most chunks run under a valid lease, every fifth one (the second, seventh, ...)
 with the lease ended (deadline 0, or a deadline just passed), when nothing may
-change. After each chunk the counter map is read and compared, flow by flow,
-with the frames and bytes the oracle counted, then emptied.
+change. After each chunk the counter maps are read and compared, flow by flow
+and (flow, DSCP the frame left with) by (flow, DSCP), with the frames and
+bytes the oracle counted, then emptied.
 
 Needs root (BPF). Nothing is attached to any interface; the program and its
 maps go away with the process (and are unloaded on return, also on Ctrl-C).
@@ -27,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leveller.agent import libbpf
-from leveller.agent.flow_structs import KEY_FORMAT, STATS_FORMAT, FlowKey
-from leveller.bench.fuzz_oracle import CHECKS, ETH_HLEN, Flow, check, expect, kernel_takes
+from leveller.agent.flow_structs import DSCP_KEY_FORMAT, DSCP_STATS_FORMAT, KEY_FORMAT, STATS_FORMAT, FlowKey
+from leveller.bench.fuzz_oracle import CHECKS, ETH_HLEN, Flow, check, expect, frame_dscp, kernel_takes
 from leveller.bench.fuzz_packets import KINDS, FrameStream, FlowPlan, plan_flows
 
 LEASE_S = 3600.0  # a lease that runs through any chunk
@@ -142,6 +143,19 @@ def _read_and_clear_stats(dp: Any) -> dict[Flow, tuple[int, int, int]]:
     return out
 
 
+def _read_and_clear_dscp_stats(dp: Any) -> dict[tuple[Flow, int], tuple[int, int]]:
+    """(flow, DSCP sent with) -> (bytes, packets) of every per-DSCP counter entry; emptied afterwards."""
+    rows = libbpf.map_lookup_all(dp._dscp_stats_fd, DSCP_KEY_FORMAT.size, DSCP_STATS_FORMAT.size,
+                                 dp.max_dscp_stats)
+    if rows:
+        libbpf.map_delete_batch(dp._dscp_stats_fd, b"".join(k for k, _ in rows), len(rows))
+    out = {}
+    for k, v in rows:
+        flow, dscp = DSCP_KEY_FORMAT.unpack(k)
+        out[(_flow_of_key(flow), dscp)] = DSCP_STATS_FORMAT.unpack(v)
+    return out
+
+
 class _Fuzz:
     """One fuzz run's state: the loaded program, the oracle's inputs and the tallies."""
 
@@ -170,6 +184,7 @@ class _Fuzz:
         """Run n frames (the kernel taking them) under the given lease state, then check the counters."""
         lease = self.by_lease["running" if running else "ended"]
         expected: dict[Flow, list[int]] = defaultdict(lambda: [0, 0])
+        by_dscp: dict[tuple[Flow, int], list[int]] = defaultdict(lambda: [0, 0])
         kinds_of: dict[Flow, str] = {}
         t_first = time.monotonic_ns()
         ran = 0
@@ -201,13 +216,26 @@ class _Fuzz:
                 t.counted += exp.flow is not None
                 t.violations += bool(broken)
             if exp.flow is not None:
-                acc = expected[exp.flow]
-                acc[0] += exp.count_bytes
-                acc[1] += exp.count_packets
+                for acc in (expected[exp.flow], by_dscp[(exp.flow, frame_dscp(frame) if exp.dscp is None
+                                                          else exp.dscp)]):
+                    acc[0] += exp.count_bytes
+                    acc[1] += exp.count_packets
                 kinds_of.setdefault(exp.flow, kind)
             if broken:
                 self.note(kind, broken, running, frame=frame.hex(), out=res.data.hex())
         self._check_counters(expected, kinds_of, t_first, time.monotonic_ns(), running)
+        self._check_dscp_counters(by_dscp, kinds_of, running)
+
+    def _check_dscp_counters(self, expected: dict[tuple[Flow, int], list[int]], kinds_of: dict[Flow, str],
+                             running: bool) -> None:
+        got = _read_and_clear_dscp_stats(self.dp)
+        for key in set(expected) | set(got):
+            want, have = expected.get(key), got.get(key)
+            if want is None or have is None or tuple(have) != tuple(want):
+                self.counter_mismatches += 1
+                self.note(kinds_of.get(key[0], "?"), ["dscp_counters"], running, flow=_flow_text(key[0]),
+                          dscp=key[1], expected=None if want is None else {"bytes": want[0], "packets": want[1]},
+                          counted=None if have is None else {"bytes": have[0], "packets": have[1]})
 
     def _check_counters(self, expected: dict[Flow, list[int]], kinds_of: dict[Flow, str], t_first: int,
                         t_last: int, running: bool) -> None:

@@ -47,6 +47,7 @@ CHECKS = (
     "dscp",                  # a marked frame does not carry its flow's DSCP
     "ipv4_checksum",         # a marked IPv4 header's checksum is not the one recomputed from scratch
     "counters",              # a flow's counters did not grow by exactly its counted frames and bytes
+    "dscp_counters",         # a flow's bytes per DSCP sent with did not grow by exactly its frames and bytes
     "test_run_input",        # BPF_PROG_TEST_RUN refused a frame it should take, or the reverse
 )
 
@@ -89,6 +90,14 @@ def flow_of(frame: bytes) -> Flow | None:
     if proto not in L4_HLEN or len(l4) < L4_HLEN[proto]:
         return None
     return version, bytes(src), bytes(dst), int.from_bytes(l4[0:2], "big"), int.from_bytes(l4[2:4], "big"), proto
+
+
+def frame_dscp(frame: bytes) -> int:
+    """The DSCP of an understood frame (IPv4 TOS or IPv6 traffic class, upper six bits)."""
+    l3 = frame[ETH_HLEN:]
+    if int.from_bytes(frame[12:14], "big") == ETH_P_IP:
+        return l3[1] >> 2
+    return (((l3[0] & 0x0F) << 4) | (l3[1] >> 4)) >> 2
 
 
 def mark_is_valid(mark: int) -> bool:

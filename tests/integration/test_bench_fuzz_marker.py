@@ -54,13 +54,14 @@ def test_twenty_thousand_frames_break_no_invariant() -> None:
 
 # (what the defect is, text in flow_marker.c, its replacement, the invariant that must break)
 DEFECTS = [
-    ("ECN bits overwritten", "new_tos = (old_tos & 0x03) | (__u8)(dscp << 2);",
-     "new_tos = (__u8)(dscp << 2);", "ecn"),
+    ("ECN bits overwritten", "(old_tos & 0x03) | (__u8)(dscp << 2);", "(__u8)(dscp << 2);", "ecn"),
     ("IPv4 checksum not updated",
      "bpf_l3_csum_replace(skb, IPV4_CSUM_OFF, bpf_htons(old_tos), bpf_htons(new_tos), 2);", "", "ipv4_checksum"),
     ("lease ignored", "if (!lease_valid())\n\t\treturn -1;", "", "changed_lease_ended"),
     ("Ethernet header counted", "__u64 bytes = skb->len - ETH_HLEN;", "__u64 bytes = skb->len;", "counters"),
     ("GSO segments not counted", "skb->gso_segs ? skb->gso_segs : 1", "1", "counters"),
+    ("bytes per DSCP counted before the rewrite", "count_packet(skb, &key, new_tos >> 2);",
+     "count_packet(skb, &key, old_tos >> 2);", "dscp_counters"),
     ("IPv4 options parsed as if absent", "iph->ihl != 5", "iph->ihl < 5", "changed_not_understood"),
     ("IPv4 fragments not skipped", "if (iph->frag_off & bpf_htons(IP_FRAG_MASK))\n\t\treturn;", "",
      "changed_not_understood"),
