@@ -7,7 +7,8 @@ each kind of R in turn (`--rate-window`, `--rate-half-life`). At ``at_s``
 into each run an unmanaged flow (iperf3 UDP a little above the link rate,
 reported by no agent, never marked) leaves h1 for h3 for ``seconds``. h1's
 egress has its own strict priority for that traffic (an HTB class above
-everything else, e.g. a host's storage traffic), so j1 starves while j2 and
+everything else but a 1 % trickle, e.g. a host's storage traffic), so j1
+starves (about one iteration in 30 s instead of about 50) while j2 and
 the switch port towards h4 are untouched; outside the flood h1's egress shapes
 like every host's (same rate, same 20 ms of queue), and it gets its usual
 shaper back after the run.
@@ -34,6 +35,10 @@ from leveller.demo.scenario import LINK_MBPS, plan
 from leveller.testbed.ovs import run
 
 FLOOD_PORT = 5299
+# what the rest of h1's traffic keeps during the flood: a trickle that keeps j1's TCP ACK-clocked (no
+# retransmission timer backing off for tens of seconds, which would stall j1 long after the flood), too
+# little for more than about one iteration in 30 s
+STARVED_SHARE = 0.01
 FLOOD_FROM, FLOOD_TO = "h1", "h3"  # j1's sender, and a host no job uses
 STARVED_JOB = "j1"
 Note = Callable[[str], None]
@@ -77,8 +82,8 @@ class Flood:
                       "ceil", rate],
                      ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:1", "htb", "rate", rate,
                       "ceil", rate, "prio", "0"],
-                     ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:2", "htb", "rate", "8kbit",
-                      "ceil", rate, "prio", "1"],
+                     ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:2", "htb", "rate",
+                      f"{LINK_MBPS * STARVED_SHARE:g}mbit", "ceil", rate, "prio", "1"],
                      ["qdisc", "add", "dev", "eth0", "parent", "1:2", "bfifo", "limit", limit],
                      ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
                       "match", "ip", "protocol", "17", "0xff", "match", "ip", "dport", str(FLOOD_PORT), "0xffff",

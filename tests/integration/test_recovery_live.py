@@ -27,7 +27,7 @@ def test_cumulative_r_repays_the_deficit_decayed_r_forgets_it() -> None:
                                           for r in rows))
     cum, dec = runs
     for r, row in zip(runs, rows):
-        assert row["starved_iterations"] == 0  # the flood really starved j1
+        assert row["starved_iterations"] <= 1  # the flood really starved j1 (about 17 iterations else)
         assert row["steady_min"] > 0.7  # leveller's pair before the flood (0.857 in the model)
     _, end = cum.flood
     assert cum.top_share(STARVED_JOB, end + 10, end + 25) >= 0.9
