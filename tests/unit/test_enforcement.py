@@ -147,6 +147,49 @@ def test_dscp_bytes_on_the_wire() -> None:
         assert info.value.field == field
 
 
+ODD = st.sampled_from([-1, 64, 2, 2**63, True, False, 1.5, "0", None])  # out of range or not an int
+DSCP_ENTRY = st.one_of(
+    st.tuples(st.one_of(st.integers(0, 1), ODD), st.one_of(st.sampled_from([0, 8, 46, 63]), ODD),
+              st.one_of(st.sampled_from([0, 7, 2**63 - 1]), ODD)).map(list),
+    st.lists(st.integers(0, 8), max_size=4).filter(lambda e: len(e) != 3),
+    st.sampled_from(["x", {"a": 1}, 7, (0, 8, 1)]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(DSCP_ENTRY, max_size=5), st.booleans())
+def test_fast_dscp_bytes_validation_equals_the_full_checks(entries: list, with_flows: bool) -> None:  # type: ignore[type-arg]
+    import copy
+
+    import leveller.rpc.schema as schema
+
+    flows = (FlowReport(FA, "j", 10), FlowReport(FB, "j", 5)) if with_flows else ()
+    msg = report_to_wire(Report("h1", (JobReport("j", 1, 1.0),), flows, "a" * 16, 1)) | {"dscp_bytes": entries}
+
+    def outcome(full: bool) -> object:
+        with pytest.MonkeyPatch.context() as mp:
+            if full:
+                mp.setattr(schema, "_plain_dscp_bytes", lambda items, n: None)
+            try:
+                return report_from_wire(copy.deepcopy(msg)).dscp_bytes
+            except SchemaError as exc:
+                return ("error", exc.field, str(exc))
+
+    assert outcome(full=False) == outcome(full=True)
+
+
+def test_plain_dscp_bytes_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import leveller.rpc.schema as schema
+
+    flows = tuple(FlowReport(flow_key("10.0.0.1", "10.0.0.2", 1000 + i, 5201), "j", 10) for i in range(100))
+    r = Report("h1", (JobReport("j", 1, 1.0),), flows, "a" * 16, 1, tuple((i, 46, 7) for i in range(100)))
+    slow: list[str] = []
+    real = schema._int
+    monkeypatch.setattr(schema, "_int", lambda value, field, *a: (slow.append(field) if field.startswith("dscp")
+                                                                  else None) or real(value, field, *a))
+    assert report_from_wire(report_to_wire(r)).dscp_bytes == r.dscp_bytes
+    assert not slow
+
+
 def test_agent_reports_dscp_bytes_of_the_flows_it_reports() -> None:
     progress = {"j": JobProgress("j", iterations=1, start_time=1.0)}
     flows = {FA: FlowSample(100, 0, ((0, 40), (8, 60))), FB: FlowSample(9, 0, ((8, 9),))}
