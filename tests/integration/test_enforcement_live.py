@@ -123,6 +123,11 @@ def test_a_wrong_dscp_map_on_one_port_is_named_within_three_tau_and_clears(tmp_p
     assert not [x for tt, x in by_t if tt < t["break"] and x], "false alarm in the healthy stretch"
     # broken: named within 3 tau, in the decision log, status and metrics
     first = min(tt for tt, x in by_t if x and tt >= t["break"])
+    cleared = min((tt for tt, x in by_t if tt > t["restore"] and not x), default=float("inf"))
+    healthy_steps = [x for tt, x in by_t if tt < t["break"]]
+    print(f"alarm in the decisions {first - t['break']:.2f} s after the break ({(first - t['break']) / TAU:.1f} "
+          f"tau), cleared {cleared - t['restore']:.2f} s after the restore; {len(healthy_steps)} decisions "
+          f"before the break, {sum(1 for x in healthy_steps if x)} with an alarm")
     assert first - t["break"] <= 3 * TAU, first - t["break"]
     named = {(m["switch"], m["port"], m["level"]) for tt, x in by_t if tt >= t["break"] for m in x}
     assert named == {(SWITCH, PORT_NO, TOP)}
