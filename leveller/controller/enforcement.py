@@ -1,8 +1,10 @@
 """The controller's closed loop: every tau, do switch queues hold the bytes the hosts marked for them?
 
 Agents report, per flow, the bytes its packets left the host with each DSCP
-(eBPF counters; ``Report.dscp_bytes``). The monitor turns the difference
-between consecutive reports of a host into bytes per flow and DSCP, places
+(eBPF counters; ``Report.dscp_bytes``, cumulative). The report path only keeps
+each host's latest report; every check turns the difference between a host's
+latest report and its counters at the previous check into bytes per flow and
+DSCP (per-flow work once per check, in the decision thread), places
 them on every switch egress port of the flow's path (the decision's links)
 at the DSCP's level, and keeps running totals per (switch, port, level). At
 each check it reads what every queue took (the SDN app's ``GET /queues``: the
@@ -106,8 +108,9 @@ class EnforcementMonitor:
         self.forget_after_s = forget_after_s if forget_after_s is not None else 10 * window_s
         self.level_of_dscp = dscp_levels(level_map)
         self._lock = threading.Lock()
-        self._prev: dict[str, tuple[str, dict[tuple[FlowKey, int], int]]] = {}  # host -> (run, counters)
-        self._pending: dict[tuple[FlowKey, int], int] = {}  # (flow, DSCP) -> bytes since the last check
+        self._latest: dict[str, Report] = {}  # host -> its latest report since the last check
+        self._forgotten: set[str] = set()  # hosts forgotten while a check reads their counters
+        self._prev: dict[str, tuple[str, dict[tuple[FlowKey, int], int]]] = {}  # host -> (run, counters) at it
         self._totals: dict[QueueKey, int] = {}  # bytes that should have entered each queue, so far
         self._snaps: deque[tuple[float, dict[QueueKey, int], dict[QueueKey, int]]] = deque()
         self.alarmed: frozenset[QueueKey] = frozenset()
@@ -121,15 +124,33 @@ class EnforcementMonitor:
 
     # ---- from the RPC threads ------------------------------------------------------------------
     def observe(self, report: Report) -> None:
-        """Take a report's per-flow, per-DSCP counters: what is new since the host's previous report."""
-        cur: dict[tuple[FlowKey, int], int] = {}
-        for index, dscp, nbytes in report.dscp_bytes:
-            cur[(report.flows[index].key, dscp)] = nbytes
+        """Keep a host's latest report; its counters are read at the next check (the report path, under
+        the controller's lock, does no per-flow work: the counters are cumulative, so the latest
+        report before each check is all a check needs)."""
         with self._lock:
-            prev = self._prev.get(report.host)
-            self._prev[report.host] = (report.run, cur)
+            self._latest[report.host] = report
+
+    def forget(self, host: str) -> None:
+        with self._lock:
+            self._latest.pop(host, None)
+            self._prev.pop(host, None)
+            self._forgotten.add(host)
+
+    def _news(self, latest: Mapping[str, Report]) -> dict[tuple[FlowKey, int], int]:
+        """Bytes per (flow, DSCP) since the previous check, from each host's latest report against its
+        counters at the previous check. A host's first counters are the baseline, and so are those of a
+        flow seen for the first time (its bytes may predate the window)."""
+        news: dict[tuple[FlowKey, int], int] = {}
+        with self._lock:
+            prevs = {host: self._prev.get(host) for host in latest}
+        updated = {}
+        for host, report in latest.items():
+            flows = report.flows
+            cur = {(flows[index].key, dscp): nbytes for index, dscp, nbytes in report.dscp_bytes}
+            updated[host] = (report.run, cur)
+            prev = prevs[host]
             if prev is None or not cur:
-                return  # a host's first report is the baseline
+                continue
             run, old = prev
             known = {flow for flow, _ in old}
             for key, nbytes in cur.items():
@@ -142,11 +163,12 @@ class EnforcementMonitor:
                 else:
                     continue  # a flow seen for the first time: its bytes may predate the window
                 if delta > 0:
-                    self._pending[key] = self._pending.get(key, 0) + delta
-
-    def forget(self, host: str) -> None:
+                    news[key] = news.get(key, 0) + delta
         with self._lock:
-            self._prev.pop(host, None)
+            for host, counters in updated.items():
+                if host not in self._forgotten:
+                    self._prev[host] = counters
+        return news
 
     # ---- from the decision step ----------------------------------------------------------------
     def check(self, now: float, links: Mapping[FlowKey, tuple[str, ...]]) -> list[QueueCheck]:
@@ -160,9 +182,12 @@ class EnforcementMonitor:
                 self.error = f"{type(exc).__name__}: {exc}"
             raise
         with self._lock:
+            latest, self._latest = self._latest, {}
+            self._forgotten = set()
+        pending = self._news(latest)
+        flows = [(links[flow], dscp, nbytes) for (flow, dscp), nbytes in pending.items() if flow in links]
+        with self._lock:
             self.error = None
-            pending, self._pending = self._pending, {}
-            flows = [(links[flow], dscp, nbytes) for (flow, dscp), nbytes in pending.items() if flow in links]
             for key, nbytes in expected_bytes(flows, ports, self.level_of_dscp).items():
                 self._totals[key] = self._totals.get(key, 0) + nbytes
             self._snaps.append((now, dict(self._totals), arrived))

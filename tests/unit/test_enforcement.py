@@ -123,6 +123,38 @@ def test_monitor_takes_no_news_from_new_flows_or_first_reports() -> None:
     assert {(c.level, c.expected) for c in mon.checks} == {(0, 50_000), (1, 70_000)}
 
 
+def test_monitor_reads_a_hosts_latest_counters_once_per_check() -> None:
+    mon = EnforcementMonitor(FakeQueues(), default_level_map(2), window_s=1.0, tolerance=TOL,
+                             registry=CollectorRegistry())
+    mon.observe(report("h1", FA, 1, {8: 1_000}))
+    mon.check(1.0, PATHS)  # baseline
+    for seq, total in ((2, 5_000), (3, 9_000), (4, 12_000)):  # cumulative: only the last one counts
+        mon.observe(report("h1", FA, seq, {8: total}))
+    mon.check(2.0, PATHS)
+    assert {(c.level, c.expected) for c in mon.checks} == {(1, 11_000)}
+
+
+def test_the_report_path_does_no_per_flow_work() -> None:
+    class Untouchable:
+        """A report whose flows and counters must not be read when it arrives."""
+
+        host, run = "h1", "a" * 16
+
+        @property
+        def flows(self) -> tuple[()]:
+            raise AssertionError("flows read on the report path")
+
+        @property
+        def dscp_bytes(self) -> tuple[()]:
+            raise AssertionError("dscp_bytes read on the report path")
+
+    mon = EnforcementMonitor(FakeQueues(), default_level_map(2), window_s=1.0, tolerance=TOL,
+                             registry=CollectorRegistry())
+    mon.observe(Untouchable())  # type: ignore[arg-type]
+    mon.forget("h1")
+    mon.check(1.0, PATHS)  # a forgotten host's report is not read either
+
+
 def test_monitor_records_a_failed_read() -> None:
     class Down(FakeQueues):
         def arrived(self) -> dict[tuple[str, int, int], int]:
