@@ -199,7 +199,7 @@ def test_bytes_per_dscp_the_packets_left_with(dp: object) -> None:
     dp.set_lease(0)  # type: ignore[attr-defined]
     run(dp, ipv4(tcp(1011, 80, b"m" * 100), tos=4 << 2))
     got = dp.read_dscp_stats()  # type: ignore[attr-defined]
-    assert got == {(key4(1010, 80), 10): (2 * 120, 2), (key4(1011, 80), 8): (3 * 140, 3),
+    assert got == {(key4(1010, 80), 10): (2 * (20 + 20 + 60), 2), (key4(1011, 80), 8): (3 * 140, 3),
                    (key4(1011, 80), 16): (140, 1), (key6(2011, 443), 8): (40 + 20 + 12, 1),
                    (key4(1011, 80), 4): (140, 1)}
     stats = dp.read_stats()  # type: ignore[attr-defined]
