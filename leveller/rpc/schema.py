@@ -9,12 +9,14 @@ refused too, so a typo never passes silently.
       {"v": 1, "host": str, "run": hex str, "seq": int,
        "jobs": [{"job", "iterations", "start_time", "ideal_time"?, "recent"?, "weight"?}],
        "flows": [{"src", "dst", "sport", "dport", "proto", "job", "bytes"}],
-       "dscp_bytes"?: [[flow index, DSCP, bytes], ...]}
+       "flows_dscp"?: [[flow index, DSCP, bytes], ...]}
       run/seq: the sending agent process's random id and the report's number in it
       (leveller.rpc.replay: the controller refuses a report that is not newer).
-      dscp_bytes: per flow of ``flows`` (by index), the bytes its packets left the host with
+      flows_dscp: per flow of ``flows`` (by index), the bytes its packets left the host with
       each DSCP (eBPF counters, after the rewrite; cumulative like ``bytes``): what the
-      controller checks switch queue counters against (leveller.core.enforcement).
+      controller checks switch queue counters against (leveller.core.enforcement). Its
+      name sorts right after ``flows``, so the codec's layout keeps ``flows`` first and
+      ReportDecoder's fast path applies to reports that carry it.
     LevelsReply (controller -> agent)
       {"v": 1, "epoch": int, "lease_s": float, "decision_age_s": float, "dscp_by_level": [int],
        "flows": [{flow..., "job", "level"}],
@@ -55,6 +57,7 @@ VERSION = 1
 MAX_JOBS = 1024
 MAX_FLOWS = 65536
 MAX_RECENT = 256
+DSCP_FIELD = "flows_dscp"  # the report's bytes per flow and DSCP (Report.dscp_bytes)
 MAX_DSCP_BYTES = 4 * 65536  # entries of a report's dscp_bytes (a flow uses a few DSCPs over its life)
 MAX_LEVELS = 8
 MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
@@ -260,12 +263,12 @@ def report_to_wire(report: Report) -> dict[str, Any]:
     out = {"v": VERSION, "host": report.host, "run": report.run, "seq": report.seq,
            "jobs": [job_to_wire(j) for j in report.jobs], "flows": flows}
     if report.dscp_bytes:
-        out["dscp_bytes"] = [list(e) for e in report.dscp_bytes]
+        out[DSCP_FIELD] = [list(e) for e in report.dscp_bytes]
     return out
 
 
 def report_from_wire(msg: dict[str, Any]) -> Report:
-    _obj(msg, "", ("v", "host", "run", "seq", "jobs", "flows"), ("dscp_bytes",))
+    _obj(msg, "", ("v", "host", "run", "seq", "jobs", "flows"), (DSCP_FIELD,))
     _version(msg)
     host = check_name(msg["host"], "host")
     run = msg["run"]
@@ -288,21 +291,21 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
             if job not in seen:
                 raise SchemaError(f"flows[{i}].job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
             flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, 2**63 - 1)))
-    by_dscp = msg.get("dscp_bytes")
+    by_dscp = msg.get(DSCP_FIELD)
     return Report(host, tuple(jobs), tuple(flows), run, seq,
                   () if by_dscp is None else _dscp_bytes(by_dscp, len(flows)))
 
 
 def _dscp_bytes(items: Any, flows: int) -> tuple[tuple[int, int, int], ...]:
-    """A report's dscp_bytes: [flow index, DSCP, bytes] entries, each (flow, DSCP) at most once."""
-    items = _list(items, "dscp_bytes", MAX_DSCP_BYTES)
+    """A report's flows_dscp: [flow index, DSCP, bytes] entries, each (flow, DSCP) at most once."""
+    items = _list(items, DSCP_FIELD, MAX_DSCP_BYTES)
     plain = _plain_dscp_bytes(items, flows)
     if plain is not None:
         return plain
     out: list[tuple[int, int, int]] = []
     seen: set[tuple[int, int]] = set()
     for i, entry in enumerate(items):
-        f = f"dscp_bytes[{i}]"
+        f = f"{DSCP_FIELD}[{i}]"
         if not isinstance(entry, list) or len(entry) != 3:
             raise SchemaError(f, f"{entry!r} is invalid; [flow index, DSCP, bytes]")
         if not flows:
@@ -318,7 +321,7 @@ def _dscp_bytes(items: Any, flows: int) -> tuple[tuple[int, int, int], ...]:
 
 
 def _plain_dscp_bytes(items: list[Any], flows: int) -> tuple[tuple[int, int, int], ...] | None:
-    """dscp_bytes whose every entry is plain (a list of three ints in range, no (flow, DSCP) twice), in
+    """flows_dscp whose every entry is plain (a list of three ints in range, no (flow, DSCP) twice), in
     one tight loop; None as soon as one is not (the full checks then name the field). An agent sends
     one entry per flow and DSCP used: as many as its flows, on the report hot path."""
     out: list[tuple[int, int, int]] = []
@@ -385,7 +388,10 @@ class ReportDecoder:
             return None
         tail, digits, texts = split
         try:  # everything but the flow entries, through the strict codec and the field checks
-            head = report_from_wire(loads(b'{"flows":[]' + tail, self.max_bytes))
+            rest = loads(b'{"flows":[]' + tail, self.max_bytes)
+            by_dscp = rest.pop(DSCP_FIELD, None) if type(rest) is dict else None
+            head = report_from_wire(rest)
+            dscp = () if by_dscp is None else _dscp_bytes(by_dscp, len(texts))
         except SchemaError:
             return None
         known = self._hosts.get(head.host)
@@ -404,7 +410,7 @@ class ReportDecoder:
         with self._lock:
             if head.host in self._hosts:
                 self._hosts.move_to_end(head.host)
-        return Report(head.host, head.jobs, flows, head.run, head.seq)
+        return Report(head.host, head.jobs, flows, head.run, head.seq, dscp)
 
     def _remember(self, body: bytes, report: Report) -> None:
         """Remember the entries of a report that passed the full checks, if its body has the codec's layout."""

@@ -171,11 +171,11 @@ def test_dscp_bytes_on_the_wire() -> None:
                ((0, 8, 7), (0, 0, 3), (1, 0, 5)))
     assert report_from_wire(report_to_wire(r)) == r
     base = report_to_wire(r)
-    for bad, field in (([[2, 0, 1]], "dscp_bytes[0][0]"), ([[0, 64, 1]], "dscp_bytes[0][1]"),
-                       ([[0, 8, -1]], "dscp_bytes[0][2]"), ([[0, 8, 1], [0, 8, 2]], "dscp_bytes[1]"),
-                       ([[0, 8]], "dscp_bytes[0]"), ("x", "dscp_bytes")):
+    for bad, field in (([[2, 0, 1]], "flows_dscp[0][0]"), ([[0, 64, 1]], "flows_dscp[0][1]"),
+                       ([[0, 8, -1]], "flows_dscp[0][2]"), ([[0, 8, 1], [0, 8, 2]], "flows_dscp[1]"),
+                       ([[0, 8]], "flows_dscp[0]"), ("x", "flows_dscp")):
         with pytest.raises(SchemaError) as info:
-            report_from_wire(base | {"dscp_bytes": bad})
+            report_from_wire(base | {"flows_dscp": bad})
         assert info.value.field == field
 
 
@@ -195,7 +195,7 @@ def test_fast_dscp_bytes_validation_equals_the_full_checks(entries: list, with_f
     import leveller.rpc.schema as schema
 
     flows = (FlowReport(FA, "j", 10), FlowReport(FB, "j", 5)) if with_flows else ()
-    msg = report_to_wire(Report("h1", (JobReport("j", 1, 1.0),), flows, "a" * 16, 1)) | {"dscp_bytes": entries}
+    msg = report_to_wire(Report("h1", (JobReport("j", 1, 1.0),), flows, "a" * 16, 1)) | {"flows_dscp": entries}
 
     def outcome(full: bool) -> object:
         with pytest.MonkeyPatch.context() as mp:
@@ -216,7 +216,7 @@ def test_plain_dscp_bytes_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) ->
     r = Report("h1", (JobReport("j", 1, 1.0),), flows, "a" * 16, 1, tuple((i, 46, 7) for i in range(100)))
     slow: list[str] = []
     real = schema._int
-    monkeypatch.setattr(schema, "_int", lambda value, field, *a: (slow.append(field) if field.startswith("dscp")
+    monkeypatch.setattr(schema, "_int", lambda value, field, *a: (slow.append(field) if field.startswith("flows_dscp")
                                                                   else None) or real(value, field, *a))
     assert report_from_wire(report_to_wire(r)).dscp_bytes == r.dscp_bytes
     assert not slow

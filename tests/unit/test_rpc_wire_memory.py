@@ -18,11 +18,13 @@ from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, 
 RUN = "5f0c3a1e9b7d2468"
 
 
-def body_of(host: str, flows: list[tuple[int, str, int]], jobs: tuple[str, ...] = ("j1", "j2"), seq: int = 1) -> bytes:
-    """The codec's encoding of a report of (sport, job, bytes) flows (the form an agent sends)."""
+def body_of(host: str, flows: list[tuple[int, str, int]], jobs: tuple[str, ...] = ("j1", "j2"), seq: int = 1,
+            dscp: tuple[tuple[int, int, int], ...] = ()) -> bytes:
+    """The codec's encoding of a report of (sport, job, bytes) flows (the form an agent sends), with
+    ``dscp``: (flow index, DSCP, bytes) entries (flows_dscp)."""
     report = Report(host, tuple(JobReport(j, 5, 1000.0, 0.5) for j in jobs),
                     tuple(FlowReport(flow_key("10.0.0.1", "10.0.0.3", sport, 4791, 17), job, n)
-                          for sport, job, n in flows), RUN, seq)
+                          for sport, job, n in flows), RUN, seq, dscp)
     return encode(report_to_wire(report))
 
 
@@ -53,6 +55,17 @@ def test_a_repeated_report_with_new_byte_counts_is_decoded_from_memory() -> None
     assert [f.bytes for f in got.flows] == [n for _, _, n in later]
     dec(body_of("h2", FIRST))  # another host: its own memory
     assert (dec.fast, dec.full) == (1, 2)
+
+
+def test_a_report_with_bytes_per_dscp_is_decoded_from_memory_too() -> None:
+    # what a real agent sends: every flow's bytes per DSCP ride along (flows_dscp sorts after flows)
+    dec = ReportDecoder()
+    dec(body_of("h1", FIRST, dscp=((0, 46, 10), (1, 0, 20))))
+    body = body_of("h1", FIRST, seq=2, dscp=((0, 46, 15), (0, 8, 1), (3, 0, 30)))
+    got = dec(body)
+    assert got == full(body) and got.dscp_bytes == ((0, 46, 15), (0, 8, 1), (3, 0, 30)) and dec.fast == 1
+    bad = body_of("h1", FIRST, seq=3, dscp=((4, 46, 1),))  # no flow 4: the full checks name the field
+    assert memory(dec, bad) == full(bad) and full(bad)[1] == "flows_dscp[0][0]"
 
 
 def test_a_remembered_entry_is_checked_against_the_reports_jobs_and_for_duplicates() -> None:
@@ -121,7 +134,9 @@ def test_decoding_from_memory_equals_the_full_checks(first: list[tuple[int, str,
     later = data.draw((st.lists(st.sampled_from(first), max_size=6) if first else st.just([])) | flows_st)
     later = [(p, j, data.draw(st.integers(0, 2**63 - 1))) for p, j, _ in later]
     jobs = data.draw(st.sampled_from([("j1", "j2"), ("j1", "j2", "j3"), ("j2",)]))
-    body = body_of(data.draw(st.sampled_from(["h1", "h1", "h2"])), later, jobs, seq=2)
+    dscp = tuple(data.draw(st.lists(st.tuples(st.integers(0, len(later)), st.sampled_from([0, 8, 46, 64]),
+                                              st.integers(0, 2**63 - 1)), max_size=3)))
+    body = body_of(data.draw(st.sampled_from(["h1", "h1", "h2"])), later, jobs, seq=2, dscp=dscp)
     if data.draw(st.booleans()):
         body = data.draw(edited(body))
     assert memory(dec, body) == full(body)
