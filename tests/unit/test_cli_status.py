@@ -69,7 +69,7 @@ def test_tables_show_jobs_by_priority_and_each_flows_level(running: str, capsys:
     assert main(["status", "--controller", running]) == 0
     out = capsys.readouterr().out
     assert re.search(r"policy leveller, K=2, tau=0.5 s, epoch 1, decided \d+\.\d s ago", out)
-    jobs = rows(out, "jobs (highest priority first)")
+    jobs = rows(out, "jobs (cumulative R, highest priority first)")  # the kind of R ranked by
     assert [r[0] for r in jobs] == ["b", "a"]  # priority order, not name order
     assert [r[1] for r in jobs] == ["6", "18"]
     assert float(jobs[0][3]) == pytest.approx(0.6, abs=0.05) and float(jobs[1][3]) == pytest.approx(0.9, abs=0.05)
