@@ -20,8 +20,9 @@ traffic LEVELLER does not manage) the cumulative R keeps favouring that job unti
 its deficit is repaid, at the others' expense; a decayed R lets it go after a few
 half-lives. See README "Which R". --job-weight JOB=W ranks that job by R / W.
 
-With --paths sdn:..., every step also checks that the switch queues took the bytes
-the hosts marked for them: per switch port and level, the agents' bytes per DSCP
+With --paths sdn:..., every tau (at most twice a second: reading the queues runs `tc` per
+switch port) the controller also checks that the switch queues took the bytes the
+hosts marked for them: per switch port and level, the agents' bytes per DSCP
 (eBPF counters) on the flows crossing the port against what the port's queue for that
 level counted, over the last --verify-window seconds. A queue that took less than half
 is a mismatch (a wrong DSCP -> queue map there turns LEVELLER off silently): shown by
@@ -44,6 +45,8 @@ import threading
 import time
 
 from leveller.errors import UserError
+
+VERIFY_INTERVAL_S = 0.5  # at most two enforcement checks a second (each reads every switch port's tc counters)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -151,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 
         ctl.enforcement = EnforcementMonitor(SdnQueues(paths.client), level_map, window,
-                                             registry=ctl.metrics.registry)
+                                             registry=ctl.metrics.registry, interval_s=VERIFY_INTERVAL_S)
     try:
         server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
     except (OSError, RuntimeError) as exc:

@@ -101,10 +101,14 @@ class EnforcementMonitor:
 
     def __init__(self, source: QueueSource, level_map: LevelMap, window_s: float,
                  tolerance: Tolerance = Tolerance(), forget_after_s: float | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, interval_s: float = 0.0) -> None:
         if not window_s > 0:
             raise ValueError(f"window must be > 0 seconds, got {window_s!r}")
         self.source, self.window_s, self.tolerance = source, window_s, tolerance
+        # reading the switch counters costs the SDN app a `tc` call per port: at most one check per
+        # interval_s, however often the controller decides (every iteration end with --on-iteration)
+        self.interval_s = interval_s
+        self._checked_at: float | None = None
         self.forget_after_s = forget_after_s if forget_after_s is not None else 10 * window_s
         self.level_of_dscp = dscp_levels(level_map)
         self._lock = threading.Lock()
@@ -173,7 +177,12 @@ class EnforcementMonitor:
     # ---- from the decision step ----------------------------------------------------------------
     def check(self, now: float, links: Mapping[FlowKey, tuple[str, ...]]) -> list[QueueCheck]:
         """One comparison over the last window (the decision's ``links`` place the flows); returns the
-        checks made. Raises if the switch counters cannot be read (the caller records it)."""
+        checks made. Raises if the switch counters cannot be read (the caller records it). Within
+        ``interval_s`` of the previous check nothing is read: the previous checks are returned."""
+        if self._checked_at is not None and 0 <= now - self._checked_at < self.interval_s:
+            with self._lock:
+                return list(self.checks)
+        self._checked_at = now
         try:
             ports = self.source.egress_ports()
             arrived = self.source.arrived()

@@ -155,6 +155,21 @@ def test_the_report_path_does_no_per_flow_work() -> None:
     mon.check(1.0, PATHS)  # a forgotten host's report is not read either
 
 
+def test_monitor_reads_the_switches_at_most_once_per_interval() -> None:
+    class Counting(FakeQueues):
+        reads = 0
+
+        def arrived(self) -> dict[tuple[str, int, int], int]:
+            Counting.reads += 1
+            return super().arrived()
+
+    mon = EnforcementMonitor(Counting(), default_level_map(2), window_s=1.0, tolerance=TOL,
+                             registry=CollectorRegistry(), interval_s=0.5)
+    for t in (0.0, 0.1, 0.2, 0.49, 0.5, 0.7, 1.1):  # steps at every iteration end: checks at 0, 0.5, 1.1
+        mon.check(t, PATHS)
+    assert Counting.reads == 3
+
+
 def test_monitor_records_a_failed_read() -> None:
     class Down(FakeQueues):
         def arrived(self) -> dict[tuple[str, int, int], int]:
