@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("leveller.commands.agent", "run the host agent (rate tracker, flow table, DSCP marking)"),
     "status": ("leveller.commands.status", "show jobs, R, levels and flows from a running controller"),
     "job": ("leveller.commands.job", "run the training-job emulator"),
+    "certs": ("leveller.commands.certs", "make a lab CA and certificates for mutual TLS"),
     "switch-config": ("leveller.commands.switch_config", "print switch QoS configuration (SONiC, EOS, OVS) for K levels"),
 }
 

@@ -33,6 +33,7 @@ class AppConfig:
     idle_timeout: int = 60
     poll_interval: float = 1.0
     api_limits: httpd.Limits = httpd.Limits()
+    api_token: bytes | None = None  # bearer token every API request must carry (sdn.token)
 
 
 class LevellerApp(app_manager.OSKenApp):
@@ -121,7 +122,12 @@ class LevellerApp(app_manager.OSKenApp):
         from eventlet import tpool  # heavy requests run in OS threads; the API's event loop stays free
 
         limits = self.cfg.api_limits
-        httpd.serve(self.cfg.api_sock, api.make_app(self, tpool.execute, limits.max_body_bytes), limits)
+        app = api.make_app(self, tpool.execute, limits.max_body_bytes)
+        if self.cfg.api_token is not None:
+            from sdn.token import require_bearer
+
+            app = require_bearer(app, self.cfg.api_token)
+        httpd.serve(self.cfg.api_sock, app, limits)
 
     # ---- views for the API -----------------------------------------------------------------
     def health(self) -> dict[str, Any]:

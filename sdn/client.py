@@ -11,21 +11,25 @@ from typing import Any
 
 
 class SdnClient:
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, timeout: float = 5.0, token: bytes | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.token = token  # bearer token of an app bound beyond loopback (sdn.token)
 
     @classmethod
     def for_run_dir(cls, run_dir: Path | str) -> "SdnClient":
         """Client for the app started for a testbed (it writes RUN_DIR/sdn.json)."""
         info = json.loads((Path(run_dir) / "sdn.json").read_text())
-        return cls(info["api"])
+        token = Path(info["token_file"]).read_bytes().strip() if info.get("token_file") else None
+        return cls(info["api"], token=token)
 
     def _get(self, path: str, **query: Any) -> Any:
         url = self.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
         return self._open(urllib.request.Request(url))
 
     def _open(self, req: urllib.request.Request) -> Any:
+        if self.token is not None:
+            req.add_header("Authorization", "Bearer " + self.token.decode())
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read())

@@ -20,7 +20,8 @@ from leveller.core.topology import Topology
 
 def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api_port: int,
         of_host: str = "127.0.0.1", of_port: int = 6653, netns: str | None = None,
-        info_file: Path | None = None, idle_timeout: int = 60, api_limits: Any = None) -> None:
+        info_file: Path | None = None, idle_timeout: int = 60, api_limits: Any = None,
+        api_token: bytes | None = None, api_token_file: str | None = None) -> None:
     """Run the app until killed."""
     from os_ken.base import app_manager  # first: registers --ofp-* options, monkey-patches
     from os_ken import cfg
@@ -36,7 +37,7 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
     cfg.CONF(args=["--ofp-listen-host", of_host, "--ofp-tcp-listen-port", str(of_port)], project="os_ken")
     from sdn.app import AppConfig
 
-    config = AppConfig(topo, level_map, queue_mode, sock, idle_timeout=idle_timeout)
+    config = AppConfig(topo, level_map, queue_mode, sock, idle_timeout=idle_timeout, api_token=api_token)
     if api_limits is not None:
         config.api_limits = api_limits
     mgr = app_manager.AppManager.get_instance()
@@ -47,7 +48,8 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
     if info_file is not None:
         tmp = info_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"api": f"http://{host}:{port}", "pid": os.getpid(),
-                                   "openflow": f"tcp:{of_host}:{of_port}", "netns": netns}))
+                                   "openflow": f"tcp:{of_host}:{of_port}", "netns": netns,
+                                   "token_file": api_token_file}))
         os.replace(tmp, info_file)
     logging.getLogger("leveller.sdn").info("API on http://%s:%s, OpenFlow on %s:%s (netns %s)",
                                            host, port, of_host, of_port, netns)

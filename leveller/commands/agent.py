@@ -70,7 +70,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds to wait for a controller's answer (default 5 with one controller, "
                         "1 with several: then a controller that does not answer in time is left for the next)")
-    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET; "
+                        "optional with --tls-*)")
+    from leveller.rpc.tls import add_tls_options
+
+    add_tls_options(parser, "HOST")
     parser.add_argument("--host", default=socket.gethostname(), help="this host's name in reports")
     parser.add_argument("--log", action="append", default=[], metavar="[JOB=]PATH",
                         help="job log to follow (file or FIFO); JOB names it when the pattern has no job group")
@@ -239,7 +243,10 @@ def run(args: argparse.Namespace) -> int:
     from leveller.commands.options import parse_weights
 
     weights = parse_weights(args.job_weight)
-    secret = load_secret(args.secret_file)
+    from leveller.rpc.tls import tls_from_args
+
+    tls = tls_from_args(args)
+    secret = load_secret(args.secret_file, optional=tls is not None)
     stop = threading.Event()
 
     def on_step(r: StepResult) -> None:
@@ -266,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
     try:
-        with FailoverClient(controllers, secret, args.timeout) as client, \
+        with FailoverClient(controllers, secret, args.timeout, tls=tls) as client, \
                 _datapath(args.dev, args.netns) as (flows, enf):
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
@@ -279,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
                 timer.start()
             # the watcher follows the controller the reports go to
             watcher = None if args.no_push else LevelsWatcher(
-                lambda: client.active, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs)
+                lambda: client.active, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs,
+                tls=tls)
             try:
                 if watcher:
                     watcher.start()

@@ -51,7 +51,11 @@ VERIFY_INTERVAL_S = 0.5  # at most two enforcement checks a second (each reads e
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address (default 127.0.0.1:50051)")
-    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET; "
+                        "optional with --tls-*)")
+    from leveller.rpc.tls import add_tls_options
+
+    add_tls_options(parser, "controller")
     parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair", "cassini"))
     parser.add_argument("--levels", type=int, default=2, metavar="K", help="switch priority levels (default 2)")
     parser.add_argument("--tau", type=float, default=1.0, help="seconds between decisions (default 1)")
@@ -62,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stale-after", type=float, metavar="S",
                         help="forget an agent's jobs and flows when its last report is older (default 3 x tau)")
     parser.add_argument("--paths", default="single", help="path source (see above; default single)")
+    parser.add_argument("--sdn-token-file", metavar="FILE",
+                        help="bearer token of an SDN app listening beyond loopback (its --api-token-file), e.g. "
+                        "--paths sdn:http://10.0.0.254:8181 --sdn-token-file /etc/leveller/sdn-token")
     parser.add_argument("--reprofile", type=float, metavar="S",
                         help="re-measure ideal times about every S seconds (jittered); default never")
     parser.add_argument("--reprofile-drift", type=float, metavar="TOL",
@@ -133,8 +140,16 @@ def run(args: argparse.Namespace) -> int:
     from leveller.commands.options import parse_weights
 
     weights = parse_weights(args.job_weight)
-    secret = load_secret(args.secret_file)
-    paths = path_provider(args.paths)
+    from leveller.rpc.tls import tls_from_args
+
+    tls = tls_from_args(args)
+    secret = load_secret(args.secret_file, optional=tls is not None)
+    sdn_token = None
+    if args.sdn_token_file:
+        from sdn.token import load_token
+
+        sdn_token = load_token(args.sdn_token_file, "--sdn-token-file")
+    paths = path_provider(args.paths, sdn_token)
     level_map = default_level_map(args.levels)
     if isinstance(paths, SdnPaths):
         level_map = level_map_from_dict(paths.client.levels())
@@ -156,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         ctl.enforcement = EnforcementMonitor(SdnQueues(paths.client), level_map, window,
                                              registry=ctl.metrics.registry, interval_s=VERIFY_INTERVAL_S)
     try:
-        server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject)
+        server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject, tls=tls)
     except (OSError, RuntimeError) as exc:
         raise UserError(f"--listen {args.listen}: cannot listen ({exc})") from None
     metrics_server = None

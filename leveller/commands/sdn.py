@@ -29,6 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "classifiers on switch ports (OVS userspace); default from the testbed, else set_queue")
     parser.add_argument("--api", default="127.0.0.1:8181",
                         help="HOST:PORT of the HTTP API (port 0 = any free port; see RUN_DIR/sdn.json)")
+    parser.add_argument("--api-token-file", metavar="FILE",
+                        help="bearer token every API request must carry (Authorization: Bearer TOKEN); required "
+                        "when --api is not a loopback address, e.g. --api 10.0.0.254:8181 --api-token-file "
+                        "/etc/leveller/sdn-token (make one with `openssl rand -hex 24`)")
     parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
     parser.add_argument("--idle-timeout", type=int, default=60, help="seconds before an idle flow's rules expire")
     parser.add_argument("--api-timeout", type=float, default=10.0, metavar="S",
@@ -55,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--api-max-body = {args.api_max_body}: must be 1024..{1 << 30} bytes")
     if not 2 <= args.api_max_connections <= 100_000:
         raise UserError(f"--api-max-connections = {args.api_max_connections}: must be 2..100000")
+    from sdn.token import is_loopback, load_token
+
+    token = load_token(args.api_token_file) if args.api_token_file else None
+    if token is None and not is_loopback(host):
+        raise UserError(f"--api {args.api!r}: listening beyond loopback needs --api-token-file FILE "
+                        "(clients send Authorization: Bearer TOKEN)")
     netns, info_file, of_port = None, None, args.of_port
     if args.testbed:
         from leveller.testbed.cluster import OF_PORT, Testbed
@@ -78,5 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
     run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_port=of_port, netns=netns,
             info_file=info_file, idle_timeout=args.idle_timeout,
-            api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections))
+            api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections), api_token=token,
+            api_token_file=str(Path(args.api_token_file).resolve()) if args.api_token_file else None)
     return 0

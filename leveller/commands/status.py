@@ -21,7 +21,11 @@ from leveller.errors import UserError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--controller", default="127.0.0.1:50051", metavar="HOST:PORT[,HOST:PORT...]",
                         help="controller address; several, comma-separated: the first that answers")
-    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET)")
+    parser.add_argument("--secret-file", help="file holding the shared secret (else $LEVELLER_SECRET; "
+                        "optional with --tls-*)")
+    from leveller.rpc.tls import add_tls_options
+
+    add_tls_options(parser, "admin")
     parser.add_argument("--json", action="store_true", help="print the controller's status object")
     parser.set_defaults(func=run)
 
@@ -39,9 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from leveller.rpc.transport import RpcFailure
 
     addresses = parse_addresses(args.controller)
-    secret = load_secret(args.secret_file)
+    from leveller.rpc.tls import tls_from_args
+
+    tls = tls_from_args(args)
+    secret = load_secret(args.secret_file, optional=tls is not None)
     try:
-        with FailoverClient(addresses, secret) as client:
+        with FailoverClient(addresses, secret, tls=tls) as client:
             status = client.status()
     except RpcFailure as exc:
         raise UserError(f"--controller {args.controller}: {exc}") from None

@@ -62,8 +62,9 @@ class SdnPaths:
         return out
 
 
-def path_provider(spec: str) -> PathProvider:
-    """``single[:LINK]``, ``topology:PRESET_OR_FILE`` or ``sdn:URL`` (or ``sdn:RUN_DIR``)."""
+def path_provider(spec: str, sdn_token: bytes | None = None) -> PathProvider:
+    """``single[:LINK]``, ``topology:PRESET_OR_FILE`` or ``sdn:URL`` (or ``sdn:RUN_DIR``; ``sdn_token``:
+    the app's bearer token, sdn.token)."""
     kind, _, arg = spec.partition(":")
     if kind == "single":
         return SingleLinkPaths(arg or "bottleneck")
@@ -72,5 +73,8 @@ def path_provider(spec: str) -> PathProvider:
         return TopologyPaths(load_topology(arg))
     if kind == "sdn" and arg:
         from sdn.client import SdnClient
-        return SdnPaths(SdnClient(arg) if "://" in arg else SdnClient.for_run_dir(arg))
+        client = SdnClient(arg) if "://" in arg else SdnClient.for_run_dir(arg)
+        if sdn_token is not None:
+            client.token = sdn_token
+        return SdnPaths(client)
     raise UserError(f"--paths {spec!r}: use single[:LINK], topology:PRESET_OR_FILE or sdn:URL|RUN_DIR")

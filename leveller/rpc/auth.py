@@ -30,13 +30,18 @@ def sign(secret: bytes, method: str, sent_at: float, body: bytes) -> str:
     return hmac.new(secret, msg, hashlib.sha256).hexdigest()
 
 
-def metadata(secret: bytes, method: str, sent_at: float, body: bytes) -> tuple[tuple[str, str], ...]:
-    """gRPC metadata pairs that authenticate ``body``."""
+def metadata(secret: bytes | None, method: str, sent_at: float, body: bytes) -> tuple[tuple[str, str], ...]:
+    """gRPC metadata pairs that authenticate ``body`` (none without a secret: mutual TLS only)."""
+    if secret is None:
+        return ()
     return ((TIME_KEY, f"{sent_at:.6f}"), (SIGNATURE_KEY, sign(secret, method, sent_at, body)))
 
 
-def verify(secret: bytes, method: str, body: bytes, md: dict[str, str], now: float) -> float:
-    """The signed send time if ``md`` carries a fresh, valid signature of ``body``; else AuthError."""
+def verify(secret: bytes | None, method: str, body: bytes, md: dict[str, str], now: float) -> float:
+    """The signed send time if ``md`` carries a fresh, valid signature of ``body``; else AuthError.
+    Without a secret (mutual TLS authenticates the peer instead) nothing is checked: ``now``."""
+    if secret is None:
+        return now
     mac, when = md.get(SIGNATURE_KEY), md.get(TIME_KEY)
     if not mac or not when:
         raise AuthError(f"missing {SIGNATURE_KEY}/{TIME_KEY} metadata: the shared secret is required")
@@ -51,8 +56,9 @@ def verify(secret: bytes, method: str, body: bytes, md: dict[str, str], now: flo
     return sent_at
 
 
-def load_secret(path: str | None, env: dict[str, str] | None = None) -> bytes:
-    """The shared secret from a file (preferred) or LEVELLER_SECRET; UserError if absent or short."""
+def load_secret(path: str | None, env: dict[str, str] | None = None, optional: bool = False) -> bytes | None:
+    """The shared secret from a file (preferred) or LEVELLER_SECRET; UserError if absent or short.
+    ``optional`` (mutual TLS is on): None when neither is given."""
     env = dict(os.environ) if env is None else env
     if path:
         try:
@@ -63,6 +69,8 @@ def load_secret(path: str | None, env: dict[str, str] | None = None) -> bytes:
     else:
         secret = env.get("LEVELLER_SECRET", "").encode()
         where = "LEVELLER_SECRET"
+        if not secret and optional:
+            return None
         if not secret:
             raise UserError("no shared secret: give --secret-file FILE or set LEVELLER_SECRET "
                             "(the same value on the controller and every agent)")

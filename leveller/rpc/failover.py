@@ -75,8 +75,9 @@ class FailoverClient:
     ``active`` is the address of the controller that answered last (the first one before any
     answer); ``failovers`` counts moves from one controller to another after a failure."""
 
-    def __init__(self, addresses: Iterable[str], secret: bytes, timeout_s: float | None = None,
-                 clock: Callable[[], float] = time.time, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    def __init__(self, addresses: Iterable[str], secret: bytes | None, timeout_s: float | None = None,
+                 clock: Callable[[], float] = time.time, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 tls: Any = None) -> None:
         self.addresses = tuple(addresses)
         if not self.addresses:
             raise ValueError("at least one controller address is needed")
@@ -87,7 +88,7 @@ class FailoverClient:
         self.timeout_s = timeout_s
         self.run = new_run_id()
         seq = itertools.count(1)  # shared: every controller sees this run's reports in increasing order
-        self.clients = [ControllerClient(a, secret, timeout_s, clock, max_message_bytes, run=self.run, seq=seq)
+        self.clients = [ControllerClient(a, secret, timeout_s, clock, max_message_bytes, run=self.run, seq=seq, tls=tls)
                         for a in self.addresses]
         self.failovers = 0
         self.last_errors: dict[str, str] = {}  # address -> why its last call failed

@@ -47,9 +47,9 @@ def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
             _num(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
 
 
-def watch_method(handler: WatchHandler, secret: bytes, clock: Callable[[], float] = time.time,
+def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[], float] = time.time,
                  max_bytes: int = MAX_MESSAGE_BYTES, on_reject: Callable[[str], None] | None = None,
-                 max_watchers: int = 2) -> grpc.RpcMethodHandler:
+                 max_watchers: int = 2, tls: bool = False) -> grpc.RpcMethodHandler:
     """The gRPC handler of Watch (register it under SERVICE next to Report and Status)."""
     slots = threading.BoundedSemaphore(max_watchers)
     reject = on_reject or (lambda reason: None)
@@ -65,6 +65,9 @@ def watch_method(handler: WatchHandler, secret: bytes, clock: Callable[[], float
         except SchemaError as exc:
             reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if tls:
+            from leveller.rpc.transport import _check_peer  # noqa: PLC0415 (transport imports this module)
+            _check_peer(context, host, reject)
         if not slots.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{max_watchers} agents already watch; report-driven levels only")
@@ -92,16 +95,17 @@ class LevelsWatcher:
     meanwhile).
     """
 
-    def __init__(self, address: str | Callable[[], str], secret: bytes, host: str,
+    def __init__(self, address: str | Callable[[], str], secret: bytes | None, host: str,
                  on_levels: Callable[[LevelsReply], None], known_jobs: Callable[[], Iterable[str]],
                  wait_s: float = 5.0, retry_s: float = 0.5, clock: Callable[[], float] = time.time,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, tls: Any = None) -> None:
         if not 0 < wait_s <= MAX_WAIT_S:
             raise ValueError(f"wait_s must be in (0, {MAX_WAIT_S}], got {wait_s!r}")
         self._target = address if callable(address) else (lambda: address)
         self.secret, self.host, self.on_levels = secret, host, on_levels
         self.known_jobs, self.wait_s, self.retry_s, self.clock = known_jobs, wait_s, retry_s, clock
         self.max_bytes = max_message_bytes
+        self.tls = tls  # leveller.rpc.tls.TlsConfig or None
         self.epoch = 0
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -112,6 +116,7 @@ class LevelsWatcher:
         self._thread = threading.Thread(target=self._loop, name=f"watch-{host}", daemon=True)
 
     def _connect(self, address: str) -> None:
+        from leveller.rpc.tls import channel  # noqa: PLC0415
         from leveller.rpc.transport import client_options  # noqa: PLC0415 (transport imports this module's peers)
 
         with self._lock:
@@ -120,7 +125,7 @@ class LevelsWatcher:
             if self._channel is not None:
                 self._channel.close()
             self.address, self.epoch = address, 0
-            self._channel = grpc.insecure_channel(address, options=client_options(self.max_bytes))
+            self._channel = channel(address, self.tls, client_options(self.max_bytes))
             self._call = self._channel.unary_unary(WATCH)
 
     def start(self) -> None:

@@ -26,6 +26,7 @@ import grpc
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
+from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_host, server_credentials
 from leveller.rpc.schema import LevelsReply, Report, ReplyEncoder, ReportDecoder, VERSION, report_to_wire, \
     reply_from_wire
 
@@ -64,14 +65,24 @@ def client_options(max_bytes: int) -> list[tuple[str, int]]:
                                   ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
+def _check_peer(context: grpc.ServicerContext, host: str, on_reject: Callable[[str], None]) -> None:
+    """Abort PERMISSION_DENIED unless the TLS peer's certificate names ``host``."""
+    try:
+        check_host(context, host)
+    except PeerMismatch as exc:
+        on_reject("identity")
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+
+
 def _reply_method(method: str) -> str:
     return method + "#reply"
 
 
 class _Service:
-    def __init__(self, handler: ControllerHandler, secret: bytes, clock: Clock, max_bytes: int,
-                 on_reject: Callable[[str], None] | None) -> None:
+    def __init__(self, handler: ControllerHandler, secret: bytes | None, clock: Clock, max_bytes: int,
+                 on_reject: Callable[[str], None] | None, tls: bool = False) -> None:
         self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
+        self.tls = tls  # mutual TLS: a report's host must be named in the peer's certificate
         self.on_reject = on_reject or (lambda reason: None)
         self.replay = ReplayGuard()
         self.decode_report = ReportDecoder(max_bytes)  # remembers each host's flow entries (schema.ReportDecoder)
@@ -100,6 +111,8 @@ class _Service:
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         def work(body: bytes, now: float, sent_at: float) -> bytes:
             report = self.decode_report(body)
+            if self.tls:
+                _check_peer(context, report.host, self.on_reject)
             # a report refused by the handler afterwards still used up its number: harmless, the next is higher
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
             return self.encode_reply(report.host, self.handler.report(report, now))
@@ -113,14 +126,17 @@ class _Service:
         return self._call(STATUS, body, context, work)
 
 
-def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock = time.time,
+def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock: Clock = time.time,
           max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 16,
-          on_reject: Callable[[str], None] | None = None) -> tuple[grpc.Server, int]:
+          on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None) -> tuple[grpc.Server, int]:
     """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
 
-    ``on_reject(reason)`` is called for each refused request ("auth" or "invalid"). A handler
-    with ``wait_levels`` also serves Watch (leveller.rpc.push) to up to ``threads - 4`` agents."""
-    svc = _Service(handler, secret, clock, max_message_bytes, on_reject)
+    ``on_reject(reason)`` is called for each refused request ("auth", "invalid" or "identity"). A handler
+    with ``wait_levels`` also serves Watch (leveller.rpc.push) to up to ``threads - 4`` agents. With
+    ``tls``, mutual TLS (leveller.rpc.tls); ``secret`` may then be None."""
+    if secret is None and tls is None:
+        raise ValueError("a shared secret or mutual TLS is required")
+    svc = _Service(handler, secret, clock, max_message_bytes, on_reject, tls=tls is not None)
     methods = {
         "Report": grpc.unary_unary_rpc_method_handler(svc.report),
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),
@@ -128,10 +144,11 @@ def serve(handler: ControllerHandler, address: str, secret: bytes, clock: Clock 
     if hasattr(handler, "wait_levels") and threads > 4:
         from leveller.rpc.push import watch_method  # noqa: PLC0415 (push imports this module's peers)
         methods["Watch"] = watch_method(handler, secret, clock, max_message_bytes,  # type: ignore[arg-type]
-                                        on_reject, max_watchers=threads - 4)
+                                        on_reject, max_watchers=threads - 4, tls=tls is not None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
-    port = server.add_insecure_port(address)
+    port = (server.add_insecure_port(address) if tls is None
+            else server.add_secure_port(address, server_credentials(tls)))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
@@ -144,14 +161,14 @@ class ControllerClient:
     Reports are numbered under ``run`` by ``seq`` (replay protection, leveller.rpc.replay); clients of
     several controllers share both (leveller.rpc.failover)."""
 
-    def __init__(self, address: str, secret: bytes, timeout_s: float = 5.0, clock: Clock = time.time,
+    def __init__(self, address: str, secret: bytes | None, timeout_s: float = 5.0, clock: Clock = time.time,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, run: str | None = None,
-                 seq: Iterator[int] | None = None) -> None:
+                 seq: Iterator[int] | None = None, tls: TlsConfig | None = None) -> None:
         self.address, self.secret, self.timeout_s, self.clock = address, secret, timeout_s, clock
         self.max_bytes = max_message_bytes
         self.run = run or new_run_id()
         self._seq = seq or itertools.count(1)
-        self._channel = grpc.insecure_channel(address, options=client_options(max_message_bytes))
+        self._channel = channel(address, tls, client_options(max_message_bytes))
         self._report = self._channel.unary_unary(REPORT)
         self._status = self._channel.unary_unary(STATUS)
 

@@ -1,0 +1,57 @@
+"""Bearer-token check for the SDN app's HTTP API when it listens beyond loopback.
+
+`leveller sdn --api HOST:PORT` binds 127.0.0.1 by default; bound to any other address it
+needs --api-token-file, and every request must then carry ``Authorization: Bearer TOKEN``
+(401 otherwise, nothing else answered). Clients: ``sdn.client.SdnClient(url, token=...)``,
+`leveller controller --sdn-token-file`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from leveller.errors import UserError
+
+MIN_TOKEN_BYTES = 16
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (what needs no token)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_token(path: str, option: str = "--api-token-file") -> bytes:
+    """The token in ``path`` (stripped); UserError if unreadable or shorter than MIN_TOKEN_BYTES."""
+    try:
+        token = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise UserError(f"{option} {path!r}: cannot read it ({exc.strerror})") from None
+    if len(token) < MIN_TOKEN_BYTES or not token.isascii() or any(c <= 32 for c in token):
+        raise UserError(f"{option} {path!r}: the token must be at least {MIN_TOKEN_BYTES} printable ASCII "
+                        "characters without spaces (e.g. `openssl rand -hex 24 > FILE`)")
+    return token
+
+
+def require_bearer(app: Callable[..., Iterable[bytes]], token: bytes) -> Callable[..., Iterable[bytes]]:
+    """WSGI middleware: 401 unless the request carries ``Authorization: Bearer <token>``."""
+    expected = b"Bearer " + token
+
+    def guarded(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", errors="replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start)
+        body = json.dumps({"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"}).encode()
+        start("401 Unauthorized", [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                                   ("WWW-Authenticate", 'Bearer realm="leveller-sdn"')])
+        return [body]
+
+    return guarded
