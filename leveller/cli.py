@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("leveller.commands.agent", "run the host agent (rate tracker, flow table, DSCP marking)"),
     "status": ("leveller.commands.status", "show jobs, R, levels and flows from a running controller"),
     "job": ("leveller.commands.job", "run the training-job emulator"),
+    "config": ("leveller.commands.config", "check a --config TOML file of controller, agent or sdn"),
     "certs": ("leveller.commands.certs", "make a lab CA and certificates for mutual TLS"),
     "switch-config": ("leveller.commands.switch_config", "print switch QoS configuration (SONiC, EOS, OVS) for K levels"),
 }
@@ -58,12 +59,18 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen command; user errors exit 2 with one line."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "config", None):  # --config FILE.toml: the file's values where no flag is given
+            from leveller import config
+
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            args = config.apply(args, sub.choices[args.command], argv[argv.index(args.command) + 1:], args.command)
         return int(func(args) or 0)
     except UserError as exc:
         print(f"leveller {args.command}: error: {exc}", file=sys.stderr)

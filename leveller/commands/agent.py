@@ -65,8 +65,9 @@ from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT...]",
-                        help="controller gRPC address; several, comma-separated, for failover (see above)")
+    parser.add_argument("--controller", metavar="HOST:PORT[,HOST:PORT...]",
+                        help="controller gRPC address (required, here or as `controller` in --config); several, "
+                        "comma-separated, for failover (see above)")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds to wait for a controller's answer (default 5 with one controller, "
                         "1 with several: then a controller that does not answer in time is left for the next)")
@@ -115,6 +116,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "jobs to follow")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per report on stdout (with every flow's byte counter)")
+    from leveller.config import add_config_option
+
+    add_config_option(parser, "agent")
     parser.set_defaults(func=run)
 
 
@@ -211,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     from leveller.rpc.schema import flow_label
 
     check_names(args)
+    if not args.controller:
+        raise UserError("--controller: give the controller's HOST:PORT (or `controller = \"HOST:PORT\"` in --config)")
     controllers = parse_addresses(args.controller)
     if not args.log:
         raise UserError("--log: give at least one job log to follow")

@@ -96,6 +96,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--json", action="store_true", help="one JSON object per decision on stdout")
+    from leveller.config import add_config_option
+
+    add_config_option(parser, "controller")
     parser.set_defaults(func=run)
 
 

@@ -41,6 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="largest request body accepted (default 4 MiB, about 40,000 flows in POST /paths)")
     parser.add_argument("--api-max-connections", type=int, default=512, metavar="N",
                         help="open API connections at most (default 512; keep it below `ulimit -n`)")
+    from leveller.config import add_config_option
+
+    add_config_option(parser, "sdn")
     parser.set_defaults(func=run)
 
 
