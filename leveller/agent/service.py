@@ -99,6 +99,7 @@ class StepResult:
     t: float = 0.0  # wall-clock time the report was built (its flow counters were read)
     controller: str | None = None  # the address that answered (a FailoverClient's active controller)
     waiting: bool = False  # a controller new to us answered with a decision made before it knew us: levels kept
+    mode: str = "enforce"  # the controller's mode ("shadow": its levels were not applied)
 
 
 @dataclass
@@ -123,6 +124,8 @@ class Agent:
     shift_files: ShiftSink | None = None  # where CASSINI shift orders go (None: not delivered)
     assigned: dict[FlowKey, tuple[str, int]] = field(default_factory=dict)  # controller's (job, level)
     dscp_by_level: tuple[int, ...] = ()
+    mode: str = "enforce"  # of the controller's latest reply taken ("shadow": nothing is marked)
+    would_be: dict[FlowKey, tuple[str, int]] = field(default_factory=dict)  # shadow mode: (job, level) per flow
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
@@ -210,11 +213,11 @@ class Agent:
             else:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
                 stale, cleared, waiting = self._take(reply, sent)
-            marks = dict(self.marks)
+            marks, mode = dict(self.marks), self.mode
         self.last_error = None
         self._count("stale" if stale else "ok")
         return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at, controller=source,
-                          waiting=waiting)
+                          waiting=waiting, mode=mode)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
         """Apply levels the controller pushed (a new decision) without waiting for the next step.
@@ -259,6 +262,13 @@ class Agent:
         valid_for = decided + reply.lease_s - now
         if valid_for <= 0:
             return True, self._drop() or expired, False
+        self.mode = reply.mode
+        if reply.mode == "shadow":  # the levels are what would apply: write no DSCP, touch no QP
+            self.would_be = {f.key: (f.job, f.level) for f in reply.flows}
+            if self.marks or self.assigned:  # the controller went from enforce to shadow: unmark
+                self._drop()
+            return False, expired, False
+        self.would_be = {}
         self.assigned = {f.key: (f.job, f.level) for f in reply.flows}
         self.dscp_by_level = reply.dscp_by_level
         marks = self._effective()

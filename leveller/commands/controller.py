@@ -92,6 +92,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compute and communication seconds per iteration (GPUs, and slack: how long "
                         "before the compute ends the communication starts) of a job: what --policy crux ranks "
                         "by (GPU intensity G*C/M; jobs without one rank last) and --policy cassini places")
+    parser.add_argument("--mode", choices=("enforce", "shadow"), default="enforce",
+                        help="enforce (default): agents mark the levels; shadow: decide and report as usual, but "
+                        "agents count only and write no DSCP nor touch any QP; `leveller status` and the metrics "
+                        "show the levels that would apply and the bytes each job sent on each (the mode travels in "
+                        "every reply: restart in enforce mode, agents keep running), e.g. --mode shadow")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
@@ -167,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
-                     rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift)
+                     rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode)
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 
@@ -189,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
             mism = [m.__dict__ for m in ctl.enforcement.mismatches()] if ctl.enforcement is not None else []
             jobs = {j.name: {"ideal": j.ideal_time, "profiling": j.profiling, "weight": j.weight}
                     for j in ctl.last_jobs}
-            line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "error": error, "order": d.order if d else None,
+            line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "mode": args.mode, "error": error,
+                    "order": d.order if d else None,
                     "rates": d.rates if d else {}, "jobs": jobs, "enforcement_mismatches": mism,
                     "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}
             plan = ctl.shift_planner.plan if ctl.shift_planner is not None else None
@@ -207,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"epoch {ctl.epoch}: order {d.order} R {rates}; {len(d.levels)} flows", flush=True)
 
     if not args.json:
-        print(f"controller listening on port {port} (policy {args.policy}, K={level_map.levels}, "
+        print(f"controller listening on port {port} ({'SHADOW mode: nothing is marked, ' if args.mode == 'shadow' else ''}"
+              f"policy {args.policy}, K={level_map.levels}, "
               f"tau={args.tau}s, lease={ctl.lease_s}s)" + (f", metrics on :{args.metrics_port}"
                                                           if args.metrics_port else ""), flush=True)
     timer = threading.Timer(args.duration, stop.set) if args.duration else None

@@ -7,6 +7,10 @@ examples:
   leveller status --controller 127.0.0.1:50051
   leveller status --controller 10.0.0.250:50051,10.0.0.251:50051
   leveller status --controller 127.0.0.1:50051 --json | jq '.jobs'
+  leveller status --tls-cert tls/admin.pem --tls-key tls/admin.key --tls-ca tls/ca.pem
+
+A controller in shadow mode (`--mode shadow`) is flagged; its flows' levels are the ones that
+would apply, and a table shows how many bytes each job sent on each would-be level.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _fmt(value: Any, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _print_shadow_bytes(console: Any, by_job: dict[str, dict[str, int]], k: int) -> None:
+    """Shadow mode: bytes each job sent on each level it would have had (K-1 highest; none = undecided)."""
+    from rich.table import Table
+
+    columns = [str(level) for level in range(k - 1, -1, -1)] + ["none"]
+    table = Table("job", *(f"level {c}" if c != "none" else "undecided" for c in columns),
+                  title="bytes sent per would-be level (since the controller started)")
+    for job, levels in sorted(by_job.items()):
+        table.add_row(job, *(f"{levels.get(c, 0):,}" for c in columns))
+    console.print(table)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"
                       if stale else ""))
                   + (f"  [red]last error: {status['last_error']}[/]" if status.get("last_error") else ""))
+    shadow = status.get("mode") == "shadow"
+    if shadow:
+        console.print("[bold yellow]SHADOW MODE[/]: the levels below are what would apply; agents mark nothing")
     enf = status.get("enforcement")
     if enf:
         for m in enf["mismatches"]:
@@ -88,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
     for a in status["agents"]:
         agents.add_row(a["host"], _fmt(a["age_s"], ".1f"), str(a["jobs"]), str(a["flows"]))
     console.print(agents)
-    flows = Table("flow", "job", "host", "level", "bytes", "links", title="flows")
+    if shadow:
+        _print_shadow_bytes(console, status.get("shadow_bytes") or {}, status["levels"])
+    flows = Table("flow", "job", "host", "would-be level" if shadow else "level", "bytes", "links", title="flows")
     for f in status["flows"]:
         flows.add_row(f["flow"], f["job"], f["host"], _fmt(f["level"], "d"), str(f["bytes"]), " ".join(f["links"]))
     console.print(flows)

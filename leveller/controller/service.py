@@ -40,7 +40,8 @@ from leveller.controller.registry import Registry
 from leveller.controller.shifts import ShiftPlanner
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
-from leveller.rpc.schema import FlowLevel, JobReport, LevelsReply, Report, flow_label
+from leveller.controller.shadow import ShadowCollector, ShadowLedger
+from leveller.rpc.schema import MODES, FlowLevel, JobReport, LevelsReply, Report, flow_label
 
 _KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
 
@@ -52,7 +53,7 @@ class Controller:
                  shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False,
                  monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
                  rate_window: float | None = None, rate_half_life: float | None = None,
-                 drift_tolerance: float | None = None) -> None:
+                 drift_tolerance: float | None = None, mode: str = "enforce") -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -80,6 +81,12 @@ class Controller:
         self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
         self.enforcement: Any = None  # an EnforcementMonitor, set by the caller (needs the SDN app)
         self.last_jobs: list[Any] = []  # the JobInputs of the latest decision
+        # shadow mode: decide and report, the agents mark nothing; bytes per would-be level are counted
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.shadow = ShadowLedger() if mode == "shadow" else None
+        self.metrics.registry.register(ShadowCollector(lambda: self.shadow))  # type: ignore[arg-type]
 
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:
@@ -91,6 +98,9 @@ class Controller:
             if self.enforcement is not None:
                 self.enforcement.observe(report)
             self.metrics.reports.inc(report.host)
+            if self.shadow is not None:
+                self.shadow.observe(before.report if before else None, report,
+                                    self.decision.levels if self.decision else {})
             if self.on_iteration and _progressed(before.report if before else None, report):
                 self._wake.set()
             return self._reply(held, report.jobs)
@@ -127,7 +137,8 @@ class Controller:
                 held.last_reply = (levels, flows)
         shifts = () if self.shift_planner is None else \
             self.shift_planner.replies([j.job for j in host_jobs], self.monotonic())
-        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age(), shifts)
+        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age(), shifts,
+                           self.mode)
 
     def decision_age(self) -> float:
         """Seconds since the current decision's step began (0 before the first decision)."""
@@ -142,7 +153,7 @@ class Controller:
             if agent is None:
                 return None
             held = self.flows.host(host)
-            return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age()) \
+            return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age(), (), self.mode) \
                 if held is None else self._reply(held, agent.report.jobs)
 
     def _expire(self, now: float) -> None:
@@ -160,7 +171,8 @@ class Controller:
             flows = self.registry.flows(now)
             return {
                 "now": now, "epoch": self.epoch, "policy": self.policy.name, "levels": self.level_map.levels,
-                "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error,
+                "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error, "mode": self.mode,
+                "shadow_bytes": self.shadow.by_job() if self.shadow is not None else None,
                 "rate": {"window_s": self.registry.rate_window, "half_life_s": self.registry.rate_half_life},
                 "decision_age_s": self.decision_age() if d else None,
                 "enforcement": self.enforcement.status() if self.enforcement is not None else None,

@@ -122,6 +122,10 @@ class LevelsReply:
     flows: tuple[FlowLevel, ...]
     decision_age_s: float = 0.0  # seconds since the decision was made (controller clock), at reply time
     shifts: tuple[JobShift, ...] = ()  # policy cassini: one per job of the host with a shift
+    mode: str = "enforce"  # "shadow": the levels are what would be applied; the agent marks nothing
+
+
+MODES = ("enforce", "shadow")  # controller --mode: apply the levels, or only compute and report them
 
 
 def flow_label(key: FlowKey) -> str:
@@ -555,6 +559,8 @@ def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
                       "job": job, "level": level} for k, job, level in reply.flows]}
     if reply.shifts:  # only under policy cassini: every other reply stays as it was
         out["shifts"] = _shifts_to_wire(reply.shifts)
+    if reply.mode != "enforce":  # only in shadow mode: an enforcing controller's replies stay as they were
+        out["mode"] = reply.mode
     return out
 
 
@@ -570,6 +576,8 @@ def encode_reply(reply: LevelsReply, flows: bytes | None = None) -> bytes:
             "decision_age_s": reply.decision_age_s, "dscp_by_level": list(reply.dscp_by_level), "flows": []}
     if reply.shifts:  # CASSINI's few orders (one per job of the host) go through the codec
         wire["shifts"] = _shifts_to_wire(reply.shifts)
+    if reply.mode != "enforce":
+        wire["mode"] = reply.mode
     head = encode(wire)
     if flows is None:
         flows = encode_flow_levels(reply.flows)
@@ -634,7 +642,10 @@ def _shifts_from_wire(items: Any, known: set[str] | None) -> tuple[JobShift, ...
 
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
     """Validate a reply; with ``known_jobs``, a level for any other job is refused."""
-    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"), ("shifts",))
+    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"), ("shifts", "mode"))
+    mode = msg.get("mode", "enforce")
+    if mode not in MODES:
+        raise SchemaError("mode", f"{mode!r}: expected one of {', '.join(MODES)}")
     _version(msg)
     epoch = _int(msg["epoch"], "epoch", 0, 2**63 - 1)
     lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
@@ -652,4 +663,4 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
             raise SchemaError(f"flows[{i}].job", f"{job!r} is not a job of this host (known: {sorted(known)})")
         flows.append(FlowLevel(key, job, _int(raw["level"], f"flows[{i}].level", 0, len(dscp) - 1)))
     shifts = _shifts_from_wire(msg["shifts"], known) if "shifts" in msg else ()
-    return LevelsReply(epoch, lease, dscp, tuple(flows), age, shifts)
+    return LevelsReply(epoch, lease, dscp, tuple(flows), age, shifts, mode)
