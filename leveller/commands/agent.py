@@ -45,6 +45,14 @@ examples:
   leveller agent --controller 127.0.0.1:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
       --dev eth0 --netns h1 --overlap --shift-dir /tmp/shifts
   leveller agent --controller 10.0.0.254:50051 --log /tmp/big.log --job-weight big=4
+  leveller agent --config examples/config/agent.toml --interval 0.5
+  leveller agent --controller ctl.lab:50051 --host h1 --tls-cert tls/h1.pem --tls-key tls/h1.key \\
+      --tls-ca tls/ca.pem --log /tmp/j1.log
+
+With --tls-* the agent talks mutual TLS (see `leveller certs init`); the controller accepts its
+reports only for the host its certificate names. A controller in shadow mode (--mode shadow)
+says so in every reply: the agent then writes no DSCP and touches no QP, and marks again as
+soon as a reply says otherwise (no restart).
 """
 
 from __future__ import annotations

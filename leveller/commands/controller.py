@@ -35,6 +35,8 @@ examples:
   leveller controller --policy cassini --paths sdn:/run/leveller/lab --job-shape j1=0.5:0.5 \
       --job-shape j2=0.5:0.5
   leveller controller --rate-half-life 10 --job-weight big=4 --reprofile-drift 0.25
+  leveller controller --config examples/config/controller.toml --mode shadow
+  leveller controller --tls-cert tls/controller.pem --tls-key tls/controller.key --tls-ca tls/ca.pem
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ closed for a new one, so idle or half-open connections cannot lock out /health.
 
   leveller sdn --testbed leveller                 app for a testbed (topology, netns, mode from its state)
   leveller sdn --topology leafspine --queue-mode set_queue --of-port 6653 --api 127.0.0.1:8181
+  leveller sdn --config examples/config/sdn.toml --api 10.0.0.254:8181 --api-token-file /etc/leveller/sdn-token
 """
 
 from __future__ import annotations

@@ -99,3 +99,10 @@ def test_every_flag_has_a_key_with_help(command: str) -> None:
     flags = {a.dest for a in parser._actions if a.option_strings} - {"help", "config"}
     assert set(keys) == flags
     assert "--config" in parser.format_help() and "examples/config/" in parser.format_help()
+
+
+def test_agent_without_controller_says_where_to_give_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "--log", str(tmp_path / "j.log")]) == 2
+    assert "--controller: give the controller's HOST:PORT" in capsys.readouterr().err
+    f = write(tmp_path, 'controller = "127.0.0.1:1"\nhost = "h9"\n')
+    assert parsed(["agent", "--config", str(f)]).controller == "127.0.0.1:1"

@@ -150,3 +150,24 @@ def test_ledger_levels_follow_the_decision_and_undecided_flows() -> None:
     ledger.observe(r1, r2, {})  # not in the decision yet
     ledger.observe(r2, r3, {A: 0})
     assert ledger.by_job() == {"a": {"none": 200, "0": 300}}
+
+
+def test_status_command_flags_shadow_mode_and_prints_bytes_per_would_be_level(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from leveller.cli import main
+
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.5, mode="shadow")
+    server, port = serve(ctl, "127.0.0.1:0", SECRET)
+    try:
+        b, _ = _agent(tmp_path, "h2", "b", 48000, FB, 6, 1.0, f"127.0.0.1:{port}")
+        b.step()
+        ctl.step(time.time())
+        b.step()
+        monkeypatch.setenv("LEVELLER_SECRET", SECRET.decode())
+        monkeypatch.setenv("COLUMNS", "200")
+        assert main(["status", "--controller", f"127.0.0.1:{port}"]) == 0
+    finally:
+        server.stop(grace=None)
+    out = capsys.readouterr().out
+    assert "SHADOW MODE" in out and "would-be level" in out
+    assert re.search(r"│ b\s+│\s+1,000\s+│\s+0\s+│\s+0\s+│", out), out  # level 1: 1,000 bytes; level 0, undecided: 0
