@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -238,3 +239,15 @@ def demo_leftovers(name: str) -> dict[str, list[str]]:
 
     run_dir = Path("/run/leveller") / name
     return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON lines a process printed so far (--json), skipping a line being written."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # being written
+    return out

@@ -14,26 +14,14 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .support import free_port, leveller_proc, wait_until
+from .support import free_port, json_lines, leveller_proc, wait_until
 from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, controller, job_on_the_wire
 
 LEASE_S = 1.5  # test_live_faults.controller passes --lease 1.5 (and --tau 0.3)
 pytestmark = pytest.mark.privileged
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass  # being written
-    return out
 
 
 def _metrics(port: int) -> str:
@@ -56,18 +44,18 @@ def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tm
             wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
                        lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
                        f"controller: {ctl_a.output()}")
-            assert {line["controller"] for line in _lines(out) if line["ok"]} == {a}  # the first answers
+            assert {line["controller"] for line in json_lines(out) if line["ok"]} == {a}  # the first answers
             time.sleep(1.0)  # the standby runs idle meanwhile (its decisions know no agent)
 
             ctl_a.kill()
             killed_at = time.time()
-            moved = wait_until(lambda: next((line for line in _lines(out) if line["t"] > killed_at
+            moved = wait_until(lambda: next((line for line in json_lines(out) if line["t"] > killed_at
                                              and line["ok"] and line["controller"] == b), None), 10,
                                lambda: f"the agent moves to {b}: {ag.output()}")
             assert moved["t"] - killed_at < LEASE_S, moved  # within one lease
             # the standby decides with the agent's flow: marks from b, same level as a gave
             wait_until(lambda: any(line["t"] > moved["t"] and line["controller"] == b and not line["waiting"]
-                                   and list(line["marks"].values()) == [DSCP_TOP] for line in _lines(out)), 10,
+                                   and list(line["marks"].values()) == [DSCP_TOP] for line in json_lines(out)), 10,
                        lambda: f"levels from the standby: {ag.output()} standby: {ctl_b.output()}")
             packets = wire.packets
             wait_until(lambda: time.time() > killed_at + 3 * LEASE_S and wire.packets > packets + 50, 30,
@@ -85,7 +73,7 @@ def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tm
             assert since is None and wire.last_dscp == DSCP_TOP, changes
             assert all(g < LEASE_S for g in gaps), gaps
             # every report the standby got was accepted: its replay protection took the run it had not seen
-            after = [line for line in _lines(out) if line["t"] > moved["t"]]
+            after = [line for line in json_lines(out) if line["t"] > moved["t"]]
             assert after and all(line["ok"] and line["controller"] == b for line in after), after[-3:]
             text = _metrics(metrics_port)
             assert re.search(rf'leveller_agent_controller{{address="{re.escape(b)}"}} 1\.0', text), text

@@ -12,11 +12,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from leveller.rpc.certs import init
 
-from .support import free_port, leveller_proc, wait_until
+from .support import free_port, json_lines, leveller_proc, wait_until
 
 SECRET_ENV = {"LEVELLER_SECRET": "lab-secret-0123456789abcdef"}
 
@@ -24,17 +23,6 @@ SECRET_ENV = {"LEVELLER_SECRET": "lab-secret-0123456789abcdef"}
 def _tls(d: Path, name: str, ca: Path | None = None) -> list[str]:
     return ["--tls-cert", str(d / f"{name}.pem"), "--tls-key", str(d / f"{name}.key"),
             "--tls-ca", str((ca or d) / "ca.pem")]
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass  # being written
-    return out
 
 
 def test_only_the_hosts_own_certificate_from_our_ca_is_accepted(tmp_path: Path) -> None:
@@ -57,9 +45,9 @@ def test_only_the_hosts_own_certificate_from_our_ca_is_accepted(tmp_path: Path) 
                  for name, argv in agents.items()}
         try:
             for name in agents:
-                wait_until(lambda: len(_lines(tmp_path / f"{name}.out")) >= 2, 40,
+                wait_until(lambda: len(json_lines(tmp_path / f"{name}.out")) >= 2, 40,
                            lambda: f"{name}: two reports: {procs[name].output()} controller: {ctl.output()}")
-            results = {name: _lines(tmp_path / f"{name}.out") for name in agents}
+            results = {name: json_lines(tmp_path / f"{name}.out") for name in agents}
             status = subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller", address,
                                      "--json", *_tls(ours, "admin")], capture_output=True, text=True, timeout=30)
             plain = subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller", address,

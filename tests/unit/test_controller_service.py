@@ -37,13 +37,13 @@ class OneFlow:
 
 
 def agent(tmp_path: Path, host: str, job: str, port: int, key: FlowKey, iters: int, ideal: float,
-          address: str) -> tuple[Agent, RecordingEnforcer]:
+          address: str, flows: object = None) -> tuple[Agent, RecordingEnforcer]:
     log = tmp_path / f"{job}.log"
     t0 = time.time() - 10
     log.write_text(format_line(job, 0, t0) + "\n" + format_line(job, iters, t0 + 9) + "\n")
     enf = RecordingEnforcer()
     return Agent(host, [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=2),
-                 enf, flows=OneFlow(key), classifier=Classifier(ports=(parse_port_rule(f"{job}={port}"),)),
+                 enf, flows=flows or OneFlow(key), classifier=Classifier(ports=(parse_port_rule(f"{job}={port}"),)),
                  ideal_times={job: ideal}), enf
 
 

@@ -28,7 +28,7 @@ from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, R
 from leveller.rpc.transport import ControllerClient, serve
 from tests.fakes import RecordingEnforcer
 from tests.unit.test_agent_service import A, make
-from tests.unit.test_controller_service import FA, FB, SECRET
+from tests.unit.test_controller_service import FA, FB, SECRET, agent
 
 STEP_BYTES = 1000
 
@@ -46,13 +46,7 @@ class GrowingFlow:
 
 def _agent(tmp_path: Path, host: str, job: str, port: int, key: FlowKey, iters: int, ideal: float,
            address: str) -> tuple[Agent, RecordingEnforcer]:
-    log = tmp_path / f"{job}.log"
-    t0 = time.time() - 10
-    log.write_text(format_line(job, 0, t0) + "\n" + format_line(job, iters, t0 + 9) + "\n")
-    enf = RecordingEnforcer()
-    return Agent(host, [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=2),
-                 enf, flows=GrowingFlow(key), classifier=Classifier(ports=(parse_port_rule(f"{job}={port}"),)),
-                 ideal_times={job: ideal}), enf
+    return agent(tmp_path, host, job, port, key, iters, ideal, address, flows=GrowingFlow(key))
 
 
 def test_shadow_controller_decides_agents_mark_nothing_bytes_per_would_be_level(tmp_path: Path) -> None:
