@@ -52,7 +52,7 @@ def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
     data = {}
     for option, path in given.items():
         try:
-            data[option] = Path(path).read_bytes()
+            data[option] = Path(str(path)).read_bytes()
         except OSError as exc:
             raise UserError(f"{option} {path!r}: cannot read it ({exc.strerror})") from None
         marker = b"PRIVATE KEY-----" if option == "--tls-key" else b"-----BEGIN CERTIFICATE-----"

@@ -18,8 +18,8 @@ import pytest
 
 from leveller.rpc.transport import ControllerClient, RpcFailure
 
-from .support import free_port, leveller_proc, wait_until
-from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, SECRET, agent, controller, job_on_the_wire
+from .support import free_port, wait_until
+from .test_live_faults import DSCP_TOP, SECRET, agent, controller, job_on_the_wire
 
 pytestmark = pytest.mark.privileged
 

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 from prometheus_client import generate_latest
 
-from leveller.agent.rate_tracker import LogTailer, RateTracker
-from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+from leveller.agent.reports import FlowSample
 from leveller.agent.service import Agent
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
@@ -21,7 +20,6 @@ from leveller.controller.shadow import ShadowLedger
 from leveller.core.paths import FlowKey
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
-from leveller.jobs.logline import format_line
 from leveller.rpc.codec import SchemaError, decode, encode
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, encode_reply, \
     reply_from_wire, reply_to_wire
