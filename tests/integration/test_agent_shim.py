@@ -22,7 +22,7 @@ from leveller.agent.enforce_shim import ROCE_V2_PORT, ShimEnforcer, ShimFlows, r
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.service import Agent
-from leveller.commands.bench_shim import BuildError, StreamRun, build_all, parse_fake_log
+from leveller.bench.shim import BuildError, StreamRun, build_all, parse_fake_log
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.core.paths import FlowKey, flow_key

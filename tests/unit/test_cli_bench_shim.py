@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from leveller.commands.bench_shim import _stats
+from leveller.bench.shim import _stats
 
 
 def bench(*argv: str) -> subprocess.CompletedProcess[str]:

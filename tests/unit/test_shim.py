@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from leveller.agent import shim_control
-from leveller.commands.bench_shim import SHIM_LIB, BuildError, LogLine, StreamRun, build_all, parse_fake_log
+from leveller.bench.shim import SHIM_LIB, BuildError, LogLine, StreamRun, build_all, parse_fake_log
 from leveller.errors import UserError
 
 MODES = ["linked", "dlopen"]
