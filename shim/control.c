@@ -52,24 +52,33 @@ static int g_lease_armed;
 static uint64_t g_lease_deadline_ns; /* CLOCK_MONOTONIC */
 static uint64_t g_lease_expiries;
 
+/* A reply being built; after an allocation failure it stays failed (oom)
+ * and the client gets a fixed error line instead. */
 struct out {
 	char *s;
 	size_t len, cap;
+	int oom;
 };
 
 static void put(struct out *o, const char *fmt, ...)
 {
 	va_list ap;
-	for (;;) {
+	while (!o->oom) {
 		va_start(ap, fmt);
-		int n = vsnprintf(o->s + o->len, o->cap - o->len, fmt, ap);
+		int n = o->s ? vsnprintf(o->s + o->len, o->cap - o->len, fmt, ap) : -1;
 		va_end(ap);
 		if (n >= 0 && (size_t)n < o->cap - o->len) {
 			o->len += n;
 			return;
 		}
-		o->cap = o->cap * 2 + (n > 0 ? (size_t)n : 0) + 256;
-		o->s = realloc(o->s, o->cap);
+		size_t ncap = o->cap * 2 + (n > 0 ? (size_t)n : 0) + 256;
+		char *ns = shim_realloc(o->s, ncap, "out");
+		if (!ns) {
+			o->oom = 1;
+			return;
+		}
+		o->s = ns;
+		o->cap = ncap;
 	}
 }
 
@@ -93,12 +102,6 @@ static void put_gid(struct out *o, const union ibv_gid *g)
 	char buf[INET6_ADDRSTRLEN];
 	inet_ntop(AF_INET6, g->raw, buf, sizeof(buf));
 	put_str(o, buf);
-}
-
-static const char *state_name(int s)
-{
-	static const char *names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-	return (s >= 0 && s <= IBV_QPS_ERR) ? names[s] : "UNKNOWN";
 }
 
 static void put_tc(struct out *o, int tc)
@@ -191,20 +194,16 @@ static void lease_revert(void)
 	shim_set_job_tc(-1);
 	for (int i = 0; i < n; i++) {
 		struct shim_qp *q = qs[i];
-		pthread_mutex_lock(&q->m);
-		q->desired_tc = -1;
-		int app = q->app_tc, revert = q->connected && app >= 0 && shim_qp_tc(q) != app;
-		pthread_mutex_unlock(&q->m);
-		if (revert) {
-			int old, deferred;
-			double pause, drain;
-			shim_set_tc(q, app, &old, &deferred, &pause, &drain); /* a failure is in q->last_error */
-			pthread_mutex_lock(&q->m);
-			q->desired_tc = -1;
-			pthread_mutex_unlock(&q->m);
+		struct shim_qp_info info;
+		shim_qp_set_desired(q, -1);
+		shim_qp_info(q, &info);
+		if (info.connected && info.app_tc >= 0 && info.tc != info.app_tc) {
+			struct shim_tc_change change;
+			shim_set_tc(q, info.app_tc, &change); /* a failure is kept for `list` */
+			shim_qp_set_desired(q, -1);
 		}
 	}
-	free(qs);
+	shim_free(qs);
 }
 
 static void *lease_watch(void *arg)
@@ -276,37 +275,41 @@ static void do_lease(struct out *o, const char *line)
 
 static void put_qp(struct out *o, struct shim_qp *q)
 {
-	pthread_mutex_lock(&q->m);
-	put(o, "{\"qp\": %u, \"state\": \"%s\", \"tc\": ", q->qpn, state_name(q->state));
-	put_tc(o, q->connected ? shim_qp_tc(q) : -1);
+	struct shim_qp_info in;
+	shim_qp_info(q, &in);
+	put(o, "{\"qp\": %u, \"state\": \"%s\", \"tc\": ", in.qpn, shim_state_name(in.state));
+	put_tc(o, in.connected ? in.tc : -1);
 	put(o, ", \"desired_tc\": ");
-	put_tc(o, q->desired_tc);
+	put_tc(o, in.desired_tc);
 	put(o, ", \"app_tc\": ");
-	put_tc(o, q->app_tc);
-	put(o, ", \"connected\": %s", q->connected ? "true" : "false");
-	if (q->connected) {
-		put(o, ", \"local\": {\"qpn\": %u, \"port\": %u, \"gid\": ", q->local.qpn, q->local.port);
-		put_gid(o, &q->local.gid);
-		put(o, "}, \"remote\": {\"qpn\": %u, \"lid\": %u, \"gid\": ", q->remote.qpn, q->remote.lid);
-		put_gid(o, &q->remote.gid);
+	put_tc(o, in.app_tc);
+	put(o, ", \"connected\": %s", in.connected ? "true" : "false");
+	if (in.connected) {
+		put(o, ", \"local\": {\"qpn\": %u, \"port\": %u, \"gid\": ", in.local.qpn, in.local.port);
+		put_gid(o, &in.local.gid);
+		put(o, "}, \"remote\": {\"qpn\": %u, \"lid\": %u, \"gid\": ", in.remote.qpn, in.remote.lid);
+		put_gid(o, &in.remote.gid);
 		put(o, "}");
 	} else {
-		put(o, ", \"local\": {\"qpn\": %u}, \"remote\": null", q->qpn);
+		put(o, ", \"local\": {\"qpn\": %u}, \"remote\": null", in.qpn);
 	}
 	put(o, ", \"resurrections\": %lu, \"failures\": %lu, \"last_pause_us\": %.1f, \"last_error\": ",
-	    (unsigned long)q->resurrections, (unsigned long)q->failures, q->last_pause_us);
-	if (q->last_error[0])
-		put_str(o, q->last_error);
+	    (unsigned long)in.resurrections, (unsigned long)in.failures, in.last_pause_us);
+	if (in.last_error[0])
+		put_str(o, in.last_error);
 	else
 		put(o, "null");
 	put(o, "}");
-	pthread_mutex_unlock(&q->m);
 }
 
 static void do_list(struct out *o)
 {
 	int n;
 	struct shim_qp **qs = shim_qps_snapshot(&n);
+	if (!qs) {
+		put(o, "{\"ok\": false, \"error\": \"out of memory listing the QPs\"}");
+		return;
+	}
 	put(o, "{\"ok\": true, \"pid\": %d, \"job\": ", (int)getpid());
 	put_str(o, shim_job());
 	put(o, ", \"job_tc\": ");
@@ -318,7 +321,8 @@ static void do_list(struct out *o)
 		put(o, "null");
 	else
 		put(o, "%ld", left);
-	put(o, ", \"lease_expiries\": %lu", (unsigned long)expiries);
+	put(o, ", \"lease_expiries\": %lu, \"alloc_live\": %ld, \"alloc_failed\": %ld", (unsigned long)expiries,
+	    shim_alloc_live(), shim_alloc_failed());
 	put(o, ", \"qps\": [");
 	for (int i = 0; i < n; i++) {
 		if (i)
@@ -326,31 +330,41 @@ static void do_list(struct out *o)
 		put_qp(o, qs[i]);
 	}
 	put(o, "]}");
-	free(qs);
+	shim_free(qs);
 }
 
 static int set_one(struct out *o, struct shim_qp *q, int tc)
 {
-	int old, deferred;
-	double pause, drain;
-	int rc = shim_set_tc(q, tc, &old, &deferred, &pause, &drain);
-	put(o, "{\"qp\": %u, \"ok\": %s, \"old_tc\": ", q->qpn, rc ? "false" : "true");
-	put_tc(o, old);
+	struct shim_tc_change c;
+	int rc = shim_set_tc(q, tc, &c);
+	struct shim_qp_info in;
+	shim_qp_info(q, &in);
+	put(o, "{\"qp\": %u, \"ok\": %s, \"old_tc\": ", in.qpn, rc ? "false" : "true");
+	put_tc(o, c.old_tc);
 	put(o, ", \"tc\": ");
-	pthread_mutex_lock(&q->m);
-	put_tc(o, rc || deferred ? (deferred ? tc : shim_qp_tc(q)) : tc);
-	pthread_mutex_unlock(&q->m);
+	put_tc(o, c.deferred ? tc : rc ? in.tc : tc);
 	put(o, ", \"changed\": %s, \"deferred\": %s, \"pause_us\": %.1f, \"drain_us\": %.1f",
-	    (!rc && !deferred && old != tc) ? "true" : "false", deferred ? "true" : "false", pause, drain);
+	    (!rc && !c.deferred && c.old_tc != tc) ? "true" : "false", c.deferred ? "true" : "false", c.pause_us,
+	    c.drain_us);
 	if (rc) {
 		put(o, ", \"error\": ");
-		put_str(o, q->last_error);
+		put_str(o, c.error);
 	}
 	put(o, "}");
 	return rc;
 }
 
 static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const char *job);
+
+static void put_results(struct out *o, int bad, struct out *r)
+{
+	if (r->oom)
+		o->oom = 1;
+	else
+		put(o, "{\"ok\": %s, \"job_match\": true, \"results\": [%.*s]}", bad ? "false" : "true",
+		    (int)r->len, r->s ? r->s : "");
+	shim_free(r->s);
+}
 
 static void do_set_tc(struct out *o, const char *line)
 {
@@ -389,9 +403,7 @@ static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const ch
 		}
 		struct out r = {0};
 		int rc = set_one(&r, q, (int)tc);
-		put(o, "{\"ok\": %s, \"job_match\": true, \"results\": [%.*s]}", rc ? "false" : "true", (int)r.len,
-		    r.s ? r.s : "");
-		free(r.s);
+		put_results(o, rc, &r);
 		return;
 	}
 	if (strcmp(job, shim_job()) != 0) {
@@ -401,16 +413,18 @@ static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const ch
 	shim_set_job_tc((int)tc);
 	int n, bad = 0;
 	struct shim_qp **qs = shim_qps_snapshot(&n);
+	if (!qs) {
+		put(o, "{\"ok\": false, \"error\": \"out of memory listing the QPs; job class set for new QPs only\"}");
+		return;
+	}
 	struct out r = {0};
 	for (int i = 0; i < n; i++) {
 		if (i)
 			put(&r, ", ");
 		bad |= set_one(&r, qs[i], (int)tc);
 	}
-	free(qs);
-	put(o, "{\"ok\": %s, \"job_match\": true, \"results\": [%.*s]}", bad ? "false" : "true", (int)r.len,
-	    r.s ? r.s : "");
-	free(r.s);
+	shim_free(qs);
+	put_results(o, bad, &r);
 }
 
 static void handle(int fd, const char *line)
@@ -434,14 +448,16 @@ static void handle(int fd, const char *line)
 		put(&o, "}");
 	}
 	put(&o, "\n");
-	size_t off = 0;
-	while (off < o.len) {
-		ssize_t w = write(fd, o.s + off, o.len - off);
+	static const char oom[] = "{\"ok\": false, \"error\": \"out of memory in the shim building the reply\"}\n";
+	const char *s = o.oom ? oom : o.s;
+	size_t len = o.oom ? sizeof(oom) - 1 : o.len, off = 0;
+	while (off < len) {
+		ssize_t w = write(fd, s + off, len - off);
 		if (w <= 0)
 			break;
 		off += (size_t)w;
 	}
-	free(o.s);
+	shim_free(o.s);
 }
 
 static void *serve(void *arg)
@@ -502,7 +518,7 @@ static void cleanup(void)
 		unlink(g_path);
 }
 
-void shim_control_start(void)
+static void control_start(void)
 {
 	pthread_mutex_lock(&g_start);
 	if (g_started_pid == getpid()) {
@@ -546,3 +562,7 @@ void shim_control_start(void)
 	pthread_attr_destroy(&at);
 	pthread_mutex_unlock(&g_start);
 }
+
+/* Start with the process's first tracked QP (the registry calls back; the
+ * registry does not know this unit). */
+__attribute__((constructor)) static void control_register(void) { shim_reg_on_first_qp(control_start); }

@@ -1,13 +1,6 @@
 /*
- * Symbol plumbing.
- *
- * NCCL does not link libibverbs: it dlopens it and resolves every entry point
- * with dlvsym(handle, name, "IBVERBS_1.1"), which a preloaded definition of
- * ibv_create_qp never sees. So the shim also interposes dlsym and dlvsym:
- * for the libibverbs names it wraps, it resolves the real function through the
- * caller's handle (remembering it as the real one) and returns its wrapper.
- * Every other lookup is a tail call to libc's function, so glibc still sees
- * the application's return address (RTLD_NEXT keeps its meaning).
+ * The real functions under the shim: libc's dlsym/dlvsym (the shim
+ * interposes both, see verbs_wrap.c) and the libibverbs entry points it wraps.
  *
  * libc's real dlsym/dlvsym cannot be found by name lookup (any lookup of
  * "dlsym" binds to this library first), so they are read from libc's dynamic
@@ -110,29 +103,24 @@ static void init_real_dl(void)
 		real_dlvsym = (dlvsym_fn)libc_symbol("dlvsym");
 }
 
+void *shim_real_dlsym(void *handle, const char *name)
+{
+	init_real_dl();
+	return real_dlsym ? real_dlsym(handle, name) : NULL; /* tail call: caller's address kept */
+}
+
 void *shim_real_dlvsym(void *handle, const char *name, const char *version)
 {
 	init_real_dl();
-	return real_dlvsym ? real_dlvsym(handle, name, version) : NULL;
+	return real_dlvsym ? real_dlvsym(handle, name, version) : NULL; /* tail call */
 }
 
-/* Our wrappers, defined in verbs_wrap.c. */
-struct ibv_qp *shim_wrap_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *);
-int shim_wrap_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int);
-int shim_wrap_destroy_qp(struct ibv_qp *);
-int shim_wrap_destroy_cq(struct ibv_cq *);
-
-static void *wrapper_for(const char *name)
+/* Is p a function of this library (one of its wrappers, found again through
+ * RTLD_NEXT or a global handle)? Then it is not the real one. */
+static int ours(void *p)
 {
-	if (strcmp(name, "ibv_create_qp") == 0)
-		return (void *)shim_wrap_create_qp;
-	if (strcmp(name, "ibv_modify_qp") == 0)
-		return (void *)shim_wrap_modify_qp;
-	if (strcmp(name, "ibv_destroy_qp") == 0)
-		return (void *)shim_wrap_destroy_qp;
-	if (strcmp(name, "ibv_destroy_cq") == 0)
-		return (void *)shim_wrap_destroy_cq;
-	return NULL;
+	Dl_info a, b;
+	return dladdr(p, &a) && dladdr((void *)ours, &b) && a.dli_fbase == b.dli_fbase;
 }
 
 static void set_if_unset(void **slot, void *handle, const char *name)
@@ -140,7 +128,7 @@ static void set_if_unset(void **slot, void *handle, const char *name)
 	if (*slot)
 		return;
 	void *p = shim_real_dlvsym(handle, name, "IBVERBS_1.1");
-	if (p && p != wrapper_for(name))
+	if (p && !ours(p))
 		__atomic_store_n(slot, p, __ATOMIC_RELEASE);
 }
 
@@ -152,39 +140,4 @@ void shim_resolve_real(void *handle)
 	set_if_unset((void **)&shim_real.destroy_cq, handle, "ibv_destroy_cq");
 	set_if_unset((void **)&shim_real.query_qp, handle, "ibv_query_qp");
 	set_if_unset((void **)&shim_real.query_gid, handle, "ibv_query_gid");
-}
-
-/* A wrapped libibverbs name: resolve through the caller's handle, keep the
- * real functions of that library, hand out the wrapper. */
-static __attribute__((noinline)) void *intercept(void *handle, const char *name, const char *version, void *w)
-{
-	init_real_dl();
-	void *p = version ? real_dlvsym(handle, name, version) : real_dlsym(handle, name);
-	if (!p || p == w)
-		return p;
-	shim_resolve_real(handle);
-	return w;
-}
-
-static int is_v11(const char *version)
-{
-	return version == NULL || strcmp(version, "IBVERBS_1.1") == 0;
-}
-
-SHIM_EXPORT void *dlsym(void *handle, const char *name)
-{
-	void *w;
-	if (name[0] == 'i' && name[1] == 'b' && name[2] == 'v' && (w = wrapper_for(name)))
-		return intercept(handle, name, NULL, w);
-	init_real_dl();
-	return real_dlsym(handle, name); /* tail call: caller's address kept */
-}
-
-SHIM_EXPORT void *dlvsym(void *handle, const char *name, const char *version)
-{
-	void *w;
-	if (name[0] == 'i' && name[1] == 'b' && name[2] == 'v' && is_v11(version) && (w = wrapper_for(name)))
-		return intercept(handle, name, version, w);
-	init_real_dl();
-	return real_dlvsym(handle, name, version); /* tail call */
 }

@@ -1,26 +1,48 @@
 /*
- * LEVELLER RDMA shim (LD_PRELOAD): internal interfaces.
+ * LEVELLER RDMA shim (LD_PRELOAD): internal interfaces, one section per unit.
+ * Calls flow one way (tests/unit/test_shim_layers.py checks it on the objects):
  *
- * real.c       find libc's real dlsym/dlvsym; interpose dlsym/dlvsym so that
- *              libibverbs lookups (NCCL: dlopen + dlvsym "IBVERBS_1.1") return
- *              our wrappers; table of the real libibverbs entry points.
- * verbs_wrap.c exported ibv_create_qp/ibv_modify_qp/ibv_destroy_qp/
- *              ibv_destroy_cq wrappers, context->ops wrappers (post_send,
- *              post_recv, poll_cq), QP/CQ registry and per-QP bookkeeping.
+ *   verbs_wrap.c -> registry.c <- resurrect.c <- control.c
+ *   (all of them may call down to alloc.c and real.c)
+ *
+ * alloc.c      the shim's allocator: counts live blocks, and fails on purpose
+ *              when LEVELLER_SHIM_FAIL_ALLOC asks (tests).
+ * real.c       libc's real dlsym/dlvsym; table of the real libibverbs entry points.
+ * registry.c   owns every tracked QP, CQ and context: per-QP bookkeeping (the
+ *              attributes the application set, posted sends and receives,
+ *              completions owed to the application), and the primitive steps
+ *              a rebuild is made of. struct shim_qp is known only there.
+ * verbs_wrap.c the exported ibv_* wrappers, the context->ops wrappers and the
+ *              dlsym/dlvsym interposer: thin entry points into the registry.
  * resurrect.c  change a QP's traffic class: hold, drain, ERR, RESET, INIT,
  *              RTR (new grh.traffic_class, PSNs continued), RTS, release.
- * control.c    unix-socket control channel (line-delimited JSON) and the
- *              agent's lease: when it runs out, every QP goes back to the
- *              class the application gave it (a timer thread of its own).
+ * control.c    unix-socket control channel (line-delimited JSON, json.c parses
+ *              it) and the agent's lease; registers itself with the registry
+ *              to start with the first QP.
  */
 #ifndef LEVELLER_SHIM_H
 #define LEVELLER_SHIM_H
 
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
+
+/* ---- alloc.c --------------------------------------------------------------
+ * Every allocation of the shim goes through these; site names the caller so
+ * a test can make that one fail (LEVELLER_SHIM_FAIL_ALLOC=site:N[,site:N]:
+ * every allocation at site after its first N fails). */
+void *shim_malloc(size_t size, const char *site);
+void *shim_calloc(size_t n, size_t size, const char *site);
+void *shim_realloc(void *p, size_t size, const char *site);
+void shim_free(void *p);
+/* Blocks allocated and not freed; allocations refused on purpose. */
+long shim_alloc_live(void);
+long shim_alloc_failed(void);
+
+/* ---- real.c -------------------------------------------------------------- */
 
 /* Real libibverbs entry points (IBVERBS_1.1 ABI). */
 struct shim_real {
@@ -33,39 +55,49 @@ struct shim_real {
 };
 extern struct shim_real shim_real;
 
-/* Resolve the real entry points through handle (RTLD_NEXT for the linked path). */
+/* Resolve the real entry points through handle (RTLD_NEXT for the linked
+ * path); a function of this library is never taken as the real one. */
 void shim_resolve_real(void *handle);
+void *shim_real_dlsym(void *handle, const char *name);
 void *shim_real_dlvsym(void *handle, const char *name, const char *version);
 
-/* Original context ops, kept once per context when the ops are wrapped. */
-struct shim_ctx {
-	struct ibv_context *ctx;
+/* ---- registry.c: entry points for the wrappers ---------------------------- */
+
+/* The three context ops the shim wraps. */
+struct shim_ops {
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
-	struct shim_ctx *next;
 };
 
-/* Completions the shim polled (while draining) that the application is owed. */
-struct shim_cq {
-	struct ibv_cq *cq;
-	struct shim_ctx *ctx;
-	pthread_mutex_t m;
-	struct ibv_wc *buf;
-	int head, len, cap;
-	struct shim_cq *next;
-};
+/* Called (once per process, after fork again) when the first QP is tracked. */
+void shim_reg_on_first_qp(void (*hook)(void));
+/* Track an RC QP the provider created: keeps ctx's original ops and installs
+ * wrappers in their place (once per context). 0, or -ENOMEM: not tracked. */
+int shim_reg_qp_add(struct ibv_qp *qp, const struct ibv_qp_init_attr *ia, const struct shim_ops *wrappers);
+/* The application's modify (waits while held; applies the class set ahead at RTR). */
+int shim_reg_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+/* Forget a QP (waits while held) / a CQ; the provider's destroy is the caller's. */
+void shim_reg_qp_remove(struct ibv_qp *qp);
+void shim_reg_cq_remove(struct ibv_cq *cq);
+/* The wrapped context ops. */
+int shim_reg_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int shim_reg_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int shim_reg_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 
-struct shim_recv {
-	uint64_t wr_id;
-	int num_sge;
-	struct ibv_sge *sge;
-};
+/* ---- registry.c: QPs for resurrect.c and control.c ------------------------ */
 
-struct shim_sig {
-	uint64_t seq;
-	int internal; /* the shim's own fence: its completion is not the app's */
-};
+struct shim_qp; /* opaque outside registry.c */
+
+const char *shim_state_name(int state);
+const char *shim_job(void);
+int shim_job_tc(void);
+void shim_set_job_tc(int tc);
+
+/* Live QPs by QP number (caller frees with shim_free); NULL when out of
+ * memory. QP records are never freed, so the pointers stay valid. */
+struct shim_qp **shim_qps_snapshot(int *n);
+struct shim_qp *shim_qp_by_num(uint32_t qpn);
 
 /* Endpoint of a connection as learnt at the RTR transition. */
 struct shim_endpoint {
@@ -76,66 +108,60 @@ struct shim_endpoint {
 	union ibv_gid gid;
 };
 
-struct shim_qp {
-	struct ibv_qp *qp;
+/* A consistent copy of what a QP is, taken under its lock. */
+struct shim_qp_info {
 	uint32_t qpn;
-	struct shim_ctx *ctx;
-	struct shim_cq *scq, *rcq;
-	int sig_all;
-
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	int held;	/* posts and modifies wait while set */
-	int resurrecting; /* completions flushed by our ERR step are ours */
-	int dead;	/* destroyed by the application */
-	int broken;	/* an error completion was seen: QP is in ERR */
-
-	/* what the application brought the QP up with (latest values) */
-	int state;
-	struct ibv_qp_attr attr;
-	int init_mask, rtr_mask, rts_mask;
-	struct shim_endpoint local, remote;
-	int connected; /* RTR seen */
+	int state, connected, broken, dead;
+	int tc;		/* current grh.traffic_class; -1 = no GRH */
 	int desired_tc; /* applied at the next RTR; -1 = none */
-	int app_tc;	/* class the application asked for at its RTR; -1 = none (no GRH) */
-
-	/* send queue: sequence numbers of posted WRs and signaled ones pending */
-	uint64_t posted_seq, completed_seq;
-	struct shim_sig *sig;
-	int sig_head, sig_len, sig_cap;
-	/* receive queue: posted, not yet completed (re-posted after RESET) */
-	struct shim_recv *rq;
-	int rq_head, rq_len, rq_cap;
-	int flushed; /* receives flushed by our ERR step */
-
-	/* statistics */
+	int app_tc;	/* the application's class at its RTR; -1 = none */
+	struct shim_endpoint local, remote;
 	uint64_t resurrections, failures;
 	double last_pause_us, last_drain_us;
 	char last_error[256];
-
-	struct shim_qp *next_ptr, *next_num;
 };
+void shim_qp_info(struct shim_qp *q, struct shim_qp_info *out);
+void shim_qp_set_desired(struct shim_qp *q, int tc);
 
-/* registry (verbs_wrap.c) */
-void shim_registry_lock(void);
-void shim_registry_unlock(void);
-/* Snapshot of live QPs (caller frees the array); QPs are never freed. */
-struct shim_qp **shim_qps_snapshot(int *n);
-struct shim_qp *shim_qp_by_num(uint32_t qpn);
-const char *shim_job(void);
-int shim_job_tc(void);
-void shim_set_job_tc(int tc);
+/* Start a change to tc: SHIM_HOLD_HELD (posts and modifies now wait),
+ * SHIM_HOLD_DEFERRED (not connected: applied at its RTR), SHIM_HOLD_SAME
+ * (already at tc) or SHIM_HOLD_REFUSED (why says why). */
+enum { SHIM_HOLD_HELD, SHIM_HOLD_DEFERRED, SHIM_HOLD_SAME, SHIM_HOLD_REFUSED };
+int shim_qp_hold(struct shim_qp *q, int tc, int *old_tc, char *why, size_t n);
+void shim_qp_release(struct shim_qp *q);
 
-/* Poll cq into its owed-completions buffer (drain); returns count or -errno. */
-int shim_cq_sweep(struct shim_cq *c);
-void shim_record_qp_attr(struct shim_qp *q, const struct ibv_qp_attr *a, int mask);
+/* While held. Sends outstanding: 1 all completed, 0 not yet (a signaled
+ * fence is posted once if the last sends are unsignaled), -EIO an error
+ * completion was seen, -ENOMEM the fence could not be recorded. */
+int shim_qp_sends_left(struct shim_qp *q, int *fenced, uint64_t *left);
+/* Poll the QP's CQs into the completions owed to the application: >0 some,
+ * 0 none, -ENOMEM no room to keep them (nothing polled). */
+int shim_qp_sweep(struct shim_qp *q);
+/* Our ERR step flushes the outstanding receives: count them, hide them. */
+void shim_qp_flush_begin(struct shim_qp *q);
+int shim_qp_flush_done(struct shim_qp *q);
+/* Rebuild steps (0 or the provider's errno); the recorded attributes are used. */
+int shim_qp_to_err(struct shim_qp *q);
+int shim_qp_to_reset(struct shim_qp *q);
+int shim_qp_to_init(struct shim_qp *q);
+int shim_qp_repost_recvs(struct shim_qp *q);
+int shim_qp_to_rtr(struct shim_qp *q, int tc, uint32_t rq_psn);
+int shim_qp_to_rts(struct shim_qp *q, uint32_t sq_psn);
+int shim_qp_query_psns(struct shim_qp *q, uint32_t *sq_psn, uint32_t *rq_psn);
+/* The rebuild at tc succeeded: remember the class and PSNs. */
+void shim_qp_commit(struct shim_qp *q, int tc, uint32_t sq_psn, uint32_t rq_psn);
+/* Outcome of a change, for `list`: error NULL = success (counts a resurrection). */
+void shim_qp_outcome(struct shim_qp *q, const char *error, double pause_us, double drain_us);
+void shim_qp_mark_broken(struct shim_qp *q);
 
-/* resurrect.c: change q's traffic class; 0 or -1 with q->last_error set.
- * On success *pause_us / *drain_us are filled. */
-int shim_set_tc(struct shim_qp *q, int tc, int *old_tc, int *deferred, double *pause_us, double *drain_us);
-int shim_qp_tc(const struct shim_qp *q);
+/* ---- resurrect.c ---------------------------------------------------------- */
 
-/* control.c */
-void shim_control_start(void);
+struct shim_tc_change {
+	int old_tc, deferred;
+	double pause_us, drain_us;
+	char error[256]; /* set when it failed */
+};
+/* Change q's traffic class: 0, or -1 with out->error (also kept for `list`). */
+int shim_set_tc(struct shim_qp *q, int tc, struct shim_tc_change *out);
 
 #endif
