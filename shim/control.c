@@ -36,9 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "shim.h"
 
 #define LEASE_MAX_MS 86400000L
+#define REQUEST_MAX 4096
 
 static pthread_mutex_t g_start = PTHREAD_MUTEX_INITIALIZER;
 static pid_t g_started_pid;
@@ -112,56 +114,65 @@ static void put_tc(struct out *o, int tc)
 		put(o, "%d", tc);
 }
 
-/* ---- a deliberately small JSON reader: flat objects, string/int values -- */
+/* ---- request fields (json.c parses the line) -------------------------------- */
 
-static const char *find_key(const char *line, const char *key)
+/* 1 an integer (into *v), 0 absent, -1 present but not an integer. */
+static int field_int(const struct json_object *req, const char *key, long *v)
 {
-	char pat[40];
-	snprintf(pat, sizeof(pat), "\"%s\"", key);
-	const char *p = strstr(line, pat);
-	if (!p)
-		return NULL;
-	p += strlen(pat);
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (*p != ':')
-		return NULL;
-	p++;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	return p;
-}
-
-/* 1 found, 0 absent, -1 present but not a string */
-static int get_str(const char *line, const char *key, char *out, size_t n)
-{
-	const char *p = find_key(line, key);
-	if (!p)
+	const struct json_field *f = json_get(req, key);
+	if (!f)
 		return 0;
-	if (*p != '"')
+	if (f->type != JSON_INT)
 		return -1;
-	p++;
-	size_t i = 0;
-	while (*p && *p != '"' && i + 1 < n) {
-		if (*p == '\\' && p[1])
-			p++;
-		out[i++] = *p++;
-	}
-	out[i] = 0;
-	return *p == '"' ? 1 : -1;
-}
-
-static int get_int(const char *line, const char *key, long *v)
-{
-	const char *p = find_key(line, key);
-	if (!p)
-		return 0;
-	char *end;
-	errno = 0;
-	*v = strtol(p, &end, 10);
-	if (end == p || errno || (*end && *end != ',' && *end != '}' && *end != ' '))
-		return -1;
+	*v = (long)f->i;
 	return 1;
+}
+
+/* 1 a string (*v points into req), 0 absent, -1 present but not a string. */
+static int field_str(const struct json_object *req, const char *key, const char **v)
+{
+	const struct json_field *f = json_get(req, key);
+	if (!f)
+		return 0;
+	if (f->type != JSON_STRING)
+		return -1;
+	*v = f->s;
+	return 1;
+}
+
+/* ", got X" for an error message about field key. */
+static const char *got(const struct json_object *req, const char *key, char *buf, size_t n)
+{
+	const struct json_field *f = json_get(req, key);
+	if (!f)
+		snprintf(buf, n, ", it is missing");
+	else if (f->type == JSON_INT)
+		snprintf(buf, n, ", got %lld", f->i);
+	else
+		snprintf(buf, n, ", got a %s", json_type_name(f->type));
+	return buf;
+}
+
+/* Refuse a field the op does not know (a typo must not pass as "absent").
+ * allowed: NULL-terminated. 0, or -1 with the error reply written. */
+static int known_fields(struct out *o, const struct json_object *req, const char *op, const char *const *allowed)
+{
+	for (int i = 0; i < req->n; i++) {
+		int ok = 0;
+		for (const char *const *a = allowed; *a && !ok; a++)
+			ok = strcmp(req->f[i].key, *a) == 0;
+		if (ok)
+			continue;
+		char msg[200];
+		size_t len = (size_t)snprintf(msg, sizeof(msg), "unknown field '%.40s' for op '%s'; allowed:", req->f[i].key, op);
+		for (const char *const *a = allowed; *a && len < sizeof(msg); a++)
+			len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s %s", a == allowed ? "" : ",", *a);
+		put(o, "{\"ok\": false, \"error\": ");
+		put_str(o, msg);
+		put(o, "}");
+		return -1;
+	}
+	return 0;
 }
 
 /* ---- the agent's lease ---------------------------------------------------- */
@@ -250,12 +261,16 @@ static long lease_left_ms(uint64_t *expiries)
 	return left;
 }
 
-static void do_lease(struct out *o, const char *line)
+static void do_lease(struct out *o, const struct json_object *req)
 {
+	static const char *const allowed[] = {"op", "ms", NULL};
 	long ms;
-	if (get_int(line, "ms", &ms) != 1 || ms < 0 || ms > LEASE_MAX_MS) {
-		put(o, "{\"ok\": false, \"error\": \"field 'ms' must be an integer 0..%ld (0 ends the lease now)\"}",
-		    LEASE_MAX_MS);
+	char g[64];
+	if (known_fields(o, req, "lease", allowed))
+		return;
+	if (field_int(req, "ms", &ms) != 1 || ms < 0 || ms > LEASE_MAX_MS) {
+		put(o, "{\"ok\": false, \"error\": \"field 'ms' must be an integer 0..%ld (0 ends the lease now)%s\"}",
+		    LEASE_MAX_MS, got(req, "ms", g, sizeof(g)));
 		return;
 	}
 	pthread_mutex_lock(&g_tc);
@@ -366,16 +381,21 @@ static void put_results(struct out *o, int bad, struct out *r)
 	shim_free(r->s);
 }
 
-static void do_set_tc(struct out *o, const char *line)
+static void do_set_tc(struct out *o, const struct json_object *req)
 {
-	long tc, qpn = -1, lease_ms = 0;
-	char job[256];
-	int has_tc = get_int(line, "tc", &tc);
-	int has_qp = get_int(line, "qp", &qpn);
-	int has_job = get_str(line, "job", job, sizeof(job));
-	int has_lease = get_int(line, "lease_ms", &lease_ms);
+	static const char *const allowed[] = {"op", "tc", "qp", "job", "lease_ms", NULL};
+	long tc = -1, qpn = -1, lease_ms = 0;
+	const char *job = "";
+	char g[64];
+	if (known_fields(o, req, "set_tc", allowed))
+		return;
+	int has_tc = field_int(req, "tc", &tc);
+	int has_qp = field_int(req, "qp", &qpn);
+	int has_job = field_str(req, "job", &job);
+	int has_lease = field_int(req, "lease_ms", &lease_ms);
 	if (has_tc != 1 || tc < 0 || tc > 255) {
-		put(o, "{\"ok\": false, \"error\": \"field 'tc' must be an integer traffic class 0..255\"}");
+		put(o, "{\"ok\": false, \"error\": \"field 'tc' must be an integer traffic class 0..255%s\"}",
+		    got(req, "tc", g, sizeof(g)));
 		return;
 	}
 	if (has_qp < 0 || has_job < 0 || (has_qp == 1) == (has_job == 1)) {
@@ -383,7 +403,8 @@ static void do_set_tc(struct out *o, const char *line)
 		return;
 	}
 	if (has_lease < 0 || (has_lease == 1 && (lease_ms < 1 || lease_ms > LEASE_MAX_MS))) {
-		put(o, "{\"ok\": false, \"error\": \"field 'lease_ms' must be an integer 1..%ld\"}", LEASE_MAX_MS);
+		put(o, "{\"ok\": false, \"error\": \"field 'lease_ms' must be an integer 1..%ld%s\"}", LEASE_MAX_MS,
+		    got(req, "lease_ms", g, sizeof(g)));
 		return;
 	}
 	pthread_mutex_lock(&g_tc);
@@ -427,26 +448,41 @@ static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const ch
 	put_results(o, bad, &r);
 }
 
+/* Answer one request line (line NULL: the line was too long). */
 static void handle(int fd, const char *line)
 {
+	static const char *const list_fields[] = {"op", NULL};
 	struct out o = {0};
-	char op[32];
-	int has = get_str(line, "op", op, sizeof(op));
-	if (has != 1)
+	struct json_object *req = shim_malloc(sizeof(*req), "request");
+	char err[200];
+	const char *op = NULL;
+	if (!req) {
+		o.oom = 1;
+	} else if (!line) {
+		put(&o, "{\"ok\": false, \"error\": \"request line longer than %d bytes\"}", REQUEST_MAX - 1);
+	} else if (json_parse_object(line, req, err, sizeof(err))) {
+		put(&o, "{\"ok\": false, \"error\": ");
+		char msg[240];
+		snprintf(msg, sizeof(msg), "bad JSON: %s", err);
+		put_str(&o, msg);
+		put(&o, "}");
+	} else if (field_str(req, "op", &op) != 1) {
 		put(&o, "{\"ok\": false, \"error\": \"field 'op' (string) is required: list, set_tc or lease\"}");
-	else if (strcmp(op, "list") == 0)
-		do_list(&o);
-	else if (strcmp(op, "set_tc") == 0)
-		do_set_tc(&o, line);
-	else if (strcmp(op, "lease") == 0)
-		do_lease(&o, line);
-	else {
+	} else if (strcmp(op, "list") == 0) {
+		if (!known_fields(&o, req, "list", list_fields))
+			do_list(&o);
+	} else if (strcmp(op, "set_tc") == 0) {
+		do_set_tc(&o, req);
+	} else if (strcmp(op, "lease") == 0) {
+		do_lease(&o, req);
+	} else {
 		char msg[96];
-		snprintf(msg, sizeof(msg), "unknown op '%s'; allowed: list, set_tc, lease", op);
+		snprintf(msg, sizeof(msg), "unknown op '%.40s'; allowed: list, set_tc, lease", op);
 		put(&o, "{\"ok\": false, \"error\": ");
 		put_str(&o, msg);
 		put(&o, "}");
 	}
+	shim_free(req);
 	put(&o, "\n");
 	static const char oom[] = "{\"ok\": false, \"error\": \"out of memory in the shim building the reply\"}\n";
 	const char *s = o.oom ? oom : o.s;
@@ -470,8 +506,9 @@ static void *serve(void *arg)
 				continue;
 			return NULL;
 		}
-		char buf[4096];
+		char buf[REQUEST_MAX];
 		size_t len = 0;
+		int skipping = 0; /* inside a line too long: dropped up to its newline */
 		for (;;) {
 			ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
 			if (r <= 0)
@@ -481,14 +518,18 @@ static void *serve(void *arg)
 			char *nl;
 			while ((nl = memchr(buf, '\n', len))) {
 				*nl = 0;
-				handle(fd, buf);
+				if (!skipping)
+					handle(fd, buf);
+				skipping = 0;
 				size_t used = (size_t)(nl - buf) + 1;
 				memmove(buf, nl + 1, len - used);
 				len -= used;
 				buf[len] = 0;
 			}
-			if (len == sizeof(buf) - 1) { /* line too long */
-				handle(fd, "{}");
+			if (len == sizeof(buf) - 1) { /* line too long: answer once, drop the rest of it */
+				if (!skipping)
+					handle(fd, NULL);
+				skipping = 1;
 				len = 0;
 			}
 		}
