@@ -7,7 +7,7 @@
  *   LEVELLER_SHIM_FAIL_ALLOC=sig:1,cqbuf:0   the 2nd and later allocations
  *                                            at site "sig" fail, every one at "cqbuf"
  *
- * Sites: ctx, cq, qp, cqbuf, sig, rq, sge, snapshot, out.
+ * Sites: ctx, cq, qp, cqbuf, sig, rq, sge, snapshot, request, out.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>

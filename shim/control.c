@@ -431,13 +431,13 @@ static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const ch
 		put(o, "{\"ok\": true, \"job_match\": false, \"results\": []}");
 		return;
 	}
-	shim_set_job_tc((int)tc);
 	int n, bad = 0;
 	struct shim_qp **qs = shim_qps_snapshot(&n);
 	if (!qs) {
-		put(o, "{\"ok\": false, \"error\": \"out of memory listing the QPs; job class set for new QPs only\"}");
+		put(o, "{\"ok\": false, \"error\": \"out of memory listing the QPs; nothing changed\"}");
 		return;
 	}
+	shim_set_job_tc((int)tc);
 	struct out r = {0};
 	for (int i = 0; i < n; i++) {
 		if (i)

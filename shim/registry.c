@@ -342,16 +342,20 @@ static int observe(struct shim_cq *c, struct ibv_wc *wc, int n)
 	return kept;
 }
 
-/* Poll c into its owed-completions ring; -ENOMEM (nothing polled) without room. */
+/* Poll c into its owed-completions ring: as much as there is room for when
+ * the ring cannot grow; -ENOMEM (nothing polled) when it is full. */
 static int cq_sweep(struct shim_cq *c)
 {
 	struct ibv_wc tmp[SWEEP_BATCH];
 	pthread_mutex_lock(&c->m);
-	if (ring_reserve((void **)&c->buf, &c->head, c->len, &c->cap, sizeof(*c->buf), SWEEP_BATCH, "cqbuf")) {
+	int room = SWEEP_BATCH;
+	if (ring_reserve((void **)&c->buf, &c->head, c->len, &c->cap, sizeof(*c->buf), SWEEP_BATCH, "cqbuf"))
+		room = c->cap - c->len;
+	if (room == 0) {
 		pthread_mutex_unlock(&c->m);
 		return -ENOMEM;
 	}
-	int r = c->ctx->orig.poll_cq(c->cq, SWEEP_BATCH, tmp);
+	int r = c->ctx->orig.poll_cq(c->cq, room, tmp);
 	if (r > 0) {
 		int kept = observe(c, tmp, r);
 		for (int i = 0; i < kept; i++)
@@ -359,6 +363,14 @@ static int cq_sweep(struct shim_cq *c)
 	}
 	pthread_mutex_unlock(&c->m);
 	return r;
+}
+
+static int cq_reserve(struct shim_cq *c, int need)
+{
+	pthread_mutex_lock(&c->m);
+	int rc = ring_reserve((void **)&c->buf, &c->head, c->len, &c->cap, sizeof(*c->buf), need, "cqbuf");
+	pthread_mutex_unlock(&c->m);
+	return rc;
 }
 
 /* ---- the wrapped context ops ------------------------------------------------ */
@@ -770,6 +782,16 @@ int shim_qp_sweep(struct shim_qp *q)
 		got += r > 0 ? r : 0;
 	}
 	return got;
+}
+
+int shim_qp_reserve_completions(struct shim_qp *q)
+{
+	pthread_mutex_lock(&q->m);
+	int need = q->rq_len + SWEEP_BATCH;
+	pthread_mutex_unlock(&q->m);
+	if (cq_reserve(q->scq, need) || (q->rcq != q->scq && cq_reserve(q->rcq, need)))
+		return -ENOMEM;
+	return 0;
 }
 
 void shim_qp_flush_begin(struct shim_qp *q)

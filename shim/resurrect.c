@@ -91,6 +91,8 @@ static int drain_sends(struct shim_qp *q, double t0, struct shim_tc_change *out)
 /* Step ERR: stop receiving and collect the receives it flushes. 0, or -1 with out->error. */
 static int stop_receiving(struct shim_qp *q, struct shim_tc_change *out)
 {
+	if (shim_qp_reserve_completions(q))
+		return failed(q, out, "out of memory reserving room for completions; traffic class unchanged");
 	shim_qp_flush_begin(q);
 	int rc = shim_qp_to_err(q);
 	if (rc)

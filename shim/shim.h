@@ -137,6 +137,10 @@ int shim_qp_sends_left(struct shim_qp *q, int *fenced, uint64_t *left);
 /* Poll the QP's CQs into the completions owed to the application: >0 some,
  * 0 none, -ENOMEM no room to keep them (nothing polled). */
 int shim_qp_sweep(struct shim_qp *q);
+/* Before ERR: room for every completion the rebuild can poll (a RESET drops
+ * what is left in the CQ, so nothing may stay unpolled for want of room).
+ * 0, or -ENOMEM. */
+int shim_qp_reserve_completions(struct shim_qp *q);
 /* Our ERR step flushes the outstanding receives: count them, hide them. */
 void shim_qp_flush_begin(struct shim_qp *q);
 int shim_qp_flush_done(struct shim_qp *q);

@@ -75,11 +75,13 @@ class StreamRun:
     """The verbs program streaming QP A -> QP B under the shim, until stop()."""
 
     def __init__(self, build: Path, workdir: Path, mode: str = "linked", job: str = "jobA", fail: str = "",
-                 extra_args: list[str] | None = None, preload: bool = True) -> None:
+                 extra_args: list[str] | None = None, preload: bool = True,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.log = workdir / "fake.log"
         self.sock = workdir / "leveller-shim-test.sock"
         env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake"), LEVELLER_JOB=job,
                    LEVELLER_FAKE_LOG=str(self.log), LEVELLER_SHIM_SOCK=str(self.sock), LEVELLER_FAKE_FAIL=fail)
+        env.update(extra_env or {})
         env.pop("LD_PRELOAD", None)
         if preload:
             env["LD_PRELOAD"] = str(SHIM_LIB)
