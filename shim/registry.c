@@ -375,16 +375,27 @@ static int cq_reserve(struct shim_cq *c, int need)
 
 /* ---- the wrapped context ops ------------------------------------------------ */
 
-int shim_reg_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+/* The tracked QP of qp, locked once it is not held; NULL (and *x its
+ * context, if known) for a QP the shim does not track. */
+static struct shim_qp *lock_for_post(struct ibv_qp *qp, struct shim_ctx **x)
 {
 	struct shim_qp *q = qp_by_ptr(qp);
 	if (!q) {
-		struct shim_ctx *c = ctx_find(qp->context);
-		return c ? c->orig.post_send(qp, wr, bad) : EINVAL;
+		*x = ctx_find(qp->context);
+		return NULL;
 	}
 	pthread_mutex_lock(&q->m);
 	while (q->held)
 		pthread_cond_wait(&q->cv, &q->m);
+	return q;
+}
+
+int shim_reg_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct shim_ctx *x;
+	struct shim_qp *q = lock_for_post(qp, &x);
+	if (!q)
+		return x ? x->orig.post_send(qp, wr, bad) : EINVAL;
 	int nsig = 0;
 	for (struct ibv_send_wr *w = wr; w; w = w->next)
 		nsig += q->sig_all || (w->send_flags & IBV_SEND_SIGNALED);
@@ -405,14 +416,10 @@ int shim_reg_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 
 int shim_reg_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
-	struct shim_qp *q = qp_by_ptr(qp);
-	if (!q) {
-		struct shim_ctx *c = ctx_find(qp->context);
-		return c ? c->orig.post_recv(qp, wr, bad) : EINVAL;
-	}
-	pthread_mutex_lock(&q->m);
-	while (q->held)
-		pthread_cond_wait(&q->cv, &q->m);
+	struct shim_ctx *x;
+	struct shim_qp *q = lock_for_post(qp, &x);
+	if (!q)
+		return x ? x->orig.post_recv(qp, wr, bad) : EINVAL;
 	int rc = q->ctx->orig.post_recv(qp, wr, bad);
 	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
 		if (rc && (!bad || w == *bad))

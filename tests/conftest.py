@@ -8,6 +8,7 @@ which any skip at all is turned into a failure: CI must run everything.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +31,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped under LEVELLER_REQUIRE_PRIVILEGED=1 (a skip is a failure in CI): {reason}"
+
+
+@pytest.fixture(scope="session")
+def shim_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The RDMA shim (shim/build), the FAKE verbs provider and the test programs, built once per session."""
+    from leveller.bench.shim import BuildError, build_all  # noqa: PLC0415
+
+    try:
+        return build_all(tmp_path_factory.mktemp("shim-build"))
+    except BuildError as exc:
+        pytest.fail(str(exc))

@@ -112,13 +112,13 @@ class ShimClient:
         self.path = Path(path)
         self.timeout = timeout
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one JSON request line and return the decoded reply line."""
+    def request_line(self, line: bytes) -> bytes:
+        """Send one raw request line (without its newline) and return the raw reply line."""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(self.timeout)
                 sock.connect(str(self.path))
-                sock.sendall(json.dumps(message).encode() + b"\n")
+                sock.sendall(line + b"\n")
                 data = b""
                 while not data.endswith(b"\n"):
                     chunk = sock.recv(65536)
@@ -127,6 +127,11 @@ class ShimClient:
                     data += chunk
         except OSError as exc:
             raise ShimError(f"shim socket {self.path}: {exc}") from exc
+        return data
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one JSON request line and return the decoded reply line."""
+        data = self.request_line(json.dumps(message).encode())
         try:
             reply = json.loads(data)
         except json.JSONDecodeError as exc:

@@ -22,7 +22,7 @@ from leveller.agent.enforce_shim import ROCE_V2_PORT, ShimEnforcer, ShimFlows, r
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.service import Agent
-from leveller.bench.shim import BuildError, StreamRun, build_all, parse_fake_log
+from leveller.bench.shim import StreamRun, parse_fake_log
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.core.paths import FlowKey, flow_key
@@ -43,14 +43,6 @@ class FakeOtherHostFlows:
         return {BERT_FLOW: FlowSample(10_000)}
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_all(tmp_path_factory.mktemp("shim-build"))
-    except BuildError as exc:
-        pytest.fail(str(exc))
-
-
 def wire_tc(log: Path, qpn: int) -> int | None:
     """Traffic class of the last message of QP qpn the fake provider carried (A sends, B receives)."""
     wire = [ln for ln in parse_fake_log(log) if ln.kind == "WIRE" and int(ln.fields["qpn"], 16) == qpn]
@@ -64,12 +56,12 @@ def wait_wire(log: Path, qpns: list[int], tc: int, timeout_s: float = 20.0) -> N
         time.sleep(0.01)
 
 
-def test_level_changes_reach_the_qps_as_traffic_class_changes(build: Path, tmp_path: Path) -> None:
+def test_level_changes_reach_the_qps_as_traffic_class_changes(shim_build: Path, tmp_path: Path) -> None:
     level_map = default_level_map(2)  # level 0 -> DSCP 0, level 1 -> DSCP 8 (traffic class 32)
     top_tc = level_map.dscp[1] << 2
     ctl = Controller(SingleLinkPaths(), make_policy("leveller"), level_map, tau_s=1.0, lease_s=30)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
-    run = StreamRun(build, tmp_path, mode="dlopen", job="gpt")
+    run = StreamRun(shim_build, tmp_path, mode="dlopen", job="gpt")
     gpt_log, bert_log = tmp_path / "gpt.log", tmp_path / "bert.log"
     t0 = time.time() - 100
     gpt_log.write_text(format_line("gpt", 0, t0 - 1) + "\n")  # gpt started first: it wins the tie below
@@ -133,13 +125,13 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(build: Path, tmp_p
     assert changes == [0, top_tc, 0, top_tc, 0]
 
 
-def test_qps_of_an_agent_that_stops_talking_fall_back_when_its_lease_ends(build: Path, tmp_path: Path) -> None:
+def test_qps_of_an_agent_that_stops_talking_fall_back_when_its_lease_ends(shim_build: Path, tmp_path: Path) -> None:
     """The agent dies (it never clears): the shim's own lease timer gives the QPs their class back."""
     lease_s = 1.0
     ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=lease_s)
     top_tc = default_level_map(2).dscp[1] << 2
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
-    run = StreamRun(build, tmp_path, mode="linked", job="gpt")
+    run = StreamRun(shim_build, tmp_path, mode="linked", job="gpt")
     log = tmp_path / "gpt.log"
     log.write_text(format_line("gpt", 0, time.time() - 100) + "\n")
     try:

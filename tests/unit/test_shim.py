@@ -14,19 +14,11 @@ from pathlib import Path
 import pytest
 
 from leveller.agent import shim_control
-from leveller.bench.shim import SHIM_LIB, BuildError, LogLine, StreamRun, build_all, parse_fake_log
+from leveller.bench.shim import SHIM_LIB, LogLine, StreamRun, parse_fake_log
 from leveller.errors import UserError
 
 MODES = ["linked", "dlopen"]
 EINVAL = 22
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_all(tmp_path_factory.mktemp("shim-build"))
-    except BuildError as exc:
-        pytest.fail(str(exc))
 
 
 def modifies(log: list[LogLine], qpn: int) -> list[LogLine]:
@@ -58,11 +50,11 @@ def assert_no_forbidden(log: list[LogLine]) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_fake_provider_refuses_what_verbs_forbids(build: Path, tmp_path: Path, mode: str) -> None:
+def test_fake_provider_refuses_what_verbs_forbids(shim_build: Path, tmp_path: Path, mode: str) -> None:
     """The fake is a fair judge: without the shim, the forbidden calls fail."""
-    env = dict(os.environ, LD_LIBRARY_PATH=str(build / "fake"), LEVELLER_FAKE_LOG=str(tmp_path / "log"))
+    env = dict(os.environ, LD_LIBRARY_PATH=str(shim_build / "fake"), LEVELLER_FAKE_LOG=str(tmp_path / "log"))
     env.pop("LD_PRELOAD", None)
-    out = subprocess.run([str(build / f"verbs_stream_{mode}"), "rules"], env=env, capture_output=True, text=True,
+    out = subprocess.run([str(shim_build / f"verbs_stream_{mode}"), "rules"], env=env, capture_output=True, text=True,
                          timeout=30, check=True)
     res = json.loads(out.stdout)
     assert res["mode"] == mode
@@ -75,8 +67,8 @@ def test_fake_provider_refuses_what_verbs_forbids(build: Path, tmp_path: Path, m
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_traffic_class_changes_while_streaming(build: Path, tmp_path: Path, mode: str) -> None:
-    run = StreamRun(build, tmp_path, mode=mode)
+def test_traffic_class_changes_while_streaming(shim_build: Path, tmp_path: Path, mode: str) -> None:
+    run = StreamRun(shim_build, tmp_path, mode=mode)
     try:
         a, b = run.ids["qp_a"], run.ids["qp_b"]
         client = shim_control.ShimClient(run.sock)
@@ -123,8 +115,8 @@ def test_traffic_class_changes_while_streaming(build: Path, tmp_path: Path, mode
 
 @pytest.mark.parametrize("step,fail", [("ERR", "ERR:1"), ("RESET", "RESET:1"), ("INIT", "INIT:3"),
                                         ("RTR", "RTR:3"), ("RTS", "RTS:3")])
-def test_failure_at_each_step_keeps_old_class(build: Path, tmp_path: Path, step: str, fail: str) -> None:
-    run = StreamRun(build, tmp_path, mode="linked", fail=fail)
+def test_failure_at_each_step_keeps_old_class(shim_build: Path, tmp_path: Path, step: str, fail: str) -> None:
+    run = StreamRun(shim_build, tmp_path, mode="linked", fail=fail)
     try:
         a = run.ids["qp_a"]
         client = shim_control.ShimClient(run.sock)
@@ -156,9 +148,9 @@ def test_failure_at_each_step_keeps_old_class(build: Path, tmp_path: Path, step:
     assert 64 not in wire and wire[-1] == 96
 
 
-def test_agent_level_change_reaches_the_qps(build: Path, tmp_path: Path) -> None:
+def test_agent_level_change_reaches_the_qps(shim_build: Path, tmp_path: Path) -> None:
     """The agent's call path: job level -> caller's mapping -> every QP of the job."""
-    run = StreamRun(build, tmp_path, mode="dlopen", job="gpt")
+    run = StreamRun(shim_build, tmp_path, mode="dlopen", job="gpt")
     try:
         a, b = run.ids["qp_a"], run.ids["qp_b"]
 
@@ -186,8 +178,8 @@ def test_agent_level_change_reaches_the_qps(build: Path, tmp_path: Path) -> None
         assert [m.fields["tc"] for m in modifies(log, qpn) if m.fields["to"] == "RTR"] == ["0", "96", "32"]
 
 
-def test_class_set_before_connection_applies_at_rtr(build: Path, tmp_path: Path) -> None:
-    run = StreamRun(build, tmp_path, extra_args=["--pause-before-rtr-ms", "400"])
+def test_class_set_before_connection_applies_at_rtr(shim_build: Path, tmp_path: Path) -> None:
+    run = StreamRun(shim_build, tmp_path, extra_args=["--pause-before-rtr-ms", "400"])
     try:
         client = shim_control.ShimClient(run.sock)
         results = client.set_traffic_class(128, job="jobA")
@@ -205,8 +197,8 @@ def test_class_set_before_connection_applies_at_rtr(build: Path, tmp_path: Path)
     assert not [m for m in log if m.kind == "MODIFY" and m.fields["to"] == "RESET"], "no resurrection needed"
 
 
-def test_control_channel_rejects_bad_requests(build: Path, tmp_path: Path) -> None:
-    run = StreamRun(build, tmp_path)
+def test_control_channel_rejects_bad_requests(shim_build: Path, tmp_path: Path) -> None:
+    run = StreamRun(shim_build, tmp_path)
     try:
         client = shim_control.ShimClient(run.sock)
         assert "unknown op" in client.request({"op": "bogus"})["error"]
@@ -226,7 +218,7 @@ def test_control_channel_rejects_bad_requests(build: Path, tmp_path: Path) -> No
     assert_intact(summary)
 
 
-def test_unrelated_dlsym_lookups_pass_through(build: Path) -> None:
+def test_unrelated_dlsym_lookups_pass_through(shim_build: Path) -> None:
     """dlsym/dlvsym interposition must not disturb other lookups (ctypes uses dlsym)."""
     code = "import ctypes, os; print(ctypes.CDLL(None).getpid() == os.getpid())"
     env = dict(os.environ, LD_PRELOAD=str(SHIM_LIB))
@@ -234,12 +226,12 @@ def test_unrelated_dlsym_lookups_pass_through(build: Path) -> None:
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
 
 
-def test_trailing_unsignaled_sends_are_drained_by_a_fence(build: Path, tmp_path: Path) -> None:
+def test_trailing_unsignaled_sends_are_drained_by_a_fence(shim_build: Path, tmp_path: Path) -> None:
     """With one signaled send in 1000, the last posted sends are unsignaled at
     hold time: only the shim's signaled fence tells when they completed."""
     os.environ["LEVELLER_SHIM_DRAIN_TIMEOUT_MS"] = "3000"
     try:
-        run = StreamRun(build, tmp_path, extra_args=["--signal-every", "1000"])
+        run = StreamRun(shim_build, tmp_path, extra_args=["--signal-every", "1000"])
     finally:
         del os.environ["LEVELLER_SHIM_DRAIN_TIMEOUT_MS"]
     try:
@@ -261,10 +253,10 @@ def _tc_of(client: shim_control.ShimClient, qpn: int) -> int | None:
     return {q.qp: q.tc for q in client.list_qps()}[qpn]
 
 
-def test_a_lease_that_runs_out_puts_the_application_class_back_by_itself(build: Path, tmp_path: Path) -> None:
+def test_a_lease_that_runs_out_puts_the_application_class_back_by_itself(shim_build: Path, tmp_path: Path) -> None:
     """The agent's lease is kept by the shim's own timer: nobody tells it, the QPs go back to the class
     the application gave them (64 here, not 0) once the lease ends, and never before."""
-    run = StreamRun(build, tmp_path, extra_args=["--tc", "64"])
+    run = StreamRun(shim_build, tmp_path, extra_args=["--tc", "64"])
     try:
         a, b = run.ids["qp_a"], run.ids["qp_b"]
         client = shim_control.ShimClient(run.sock)
@@ -292,8 +284,8 @@ def test_a_lease_that_runs_out_puts_the_application_class_back_by_itself(build: 
     assert_no_forbidden(parse_fake_log(run.log))
 
 
-def test_a_renewed_lease_keeps_the_class_and_ending_it_restores_at_once(build: Path, tmp_path: Path) -> None:
-    run = StreamRun(build, tmp_path)
+def test_a_renewed_lease_keeps_the_class_and_ending_it_restores_at_once(shim_build: Path, tmp_path: Path) -> None:
+    run = StreamRun(shim_build, tmp_path)
     try:
         a = run.ids["qp_a"]
         client = shim_control.ShimClient(run.sock)
@@ -313,8 +305,8 @@ def test_a_renewed_lease_keeps_the_class_and_ending_it_restores_at_once(build: P
     assert_intact(summary)
 
 
-def test_lease_requests_are_validated(build: Path, tmp_path: Path) -> None:
-    run = StreamRun(build, tmp_path)
+def test_lease_requests_are_validated(shim_build: Path, tmp_path: Path) -> None:
+    run = StreamRun(shim_build, tmp_path)
     try:
         client = shim_control.ShimClient(run.sock)
         assert "'ms'" in client.request({"op": "lease", "ms": -1})["error"]

@@ -12,19 +12,11 @@ from typing import Any
 import pytest
 
 from leveller.agent import shim_control
-from leveller.bench.shim import BuildError, StreamRun, build_all, parse_fake_log
+from leveller.bench.shim import StreamRun, parse_fake_log
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_all(tmp_path_factory.mktemp("shim-build"))
-    except BuildError as exc:
-        pytest.fail(str(exc))
-
-
-def start(build: Path, tmp_path: Path, fail: str) -> StreamRun:
-    return StreamRun(build, tmp_path, extra_env={"LEVELLER_SHIM_FAIL_ALLOC": fail})
+def start(shim_build: Path, tmp_path: Path, fail: str) -> StreamRun:
+    return StreamRun(shim_build, tmp_path, extra_env={"LEVELLER_SHIM_FAIL_ALLOC": fail})
 
 
 def wait_for_traffic(run: StreamRun, qpn: int, timeout: float = 20.0) -> None:
@@ -48,9 +40,9 @@ def no_rebuild(run: StreamRun) -> None:
     assert not steps, steps
 
 
-def test_no_room_for_polled_completions_refuses_the_change_before_touching_the_qp(build: Path,
+def test_no_room_for_polled_completions_refuses_the_change_before_touching_the_qp(shim_build: Path,
                                                                                   tmp_path: Path) -> None:
-    run = start(build, tmp_path, "cqbuf:0")
+    run = start(shim_build, tmp_path, "cqbuf:0")
     try:
         a = run.ids["qp_a"]
         client = shim_control.ShimClient(run.sock)
@@ -79,10 +71,10 @@ def test_no_room_for_polled_completions_refuses_the_change_before_touching_the_q
     ("sge:3", "qp_b", "out of memory recording posted receives"),
 ])
 def test_bookkeeping_lost_to_memory_keeps_the_traffic_and_refuses_only_that_qp(
-        build: Path, tmp_path: Path, fail: str, lost_qp: str, why: str) -> None:
+        shim_build: Path, tmp_path: Path, fail: str, lost_qp: str, why: str) -> None:
     """The application's posts go through although the shim could not record them; that QP's class can
     no longer be changed safely, and set_tc says so; the other QP is rebuilt as usual."""
-    run = start(build, tmp_path, fail)
+    run = start(shim_build, tmp_path, fail)
     try:
         lost = run.ids[lost_qp]
         other = run.ids["qp_b" if lost_qp == "qp_a" else "qp_a"]
@@ -101,8 +93,8 @@ def test_bookkeeping_lost_to_memory_keeps_the_traffic_and_refuses_only_that_qp(
     assert_intact(summary)
 
 
-def test_no_memory_for_a_reply_gives_a_plain_error_line(build: Path, tmp_path: Path) -> None:
-    run = start(build, tmp_path, "out:0")
+def test_no_memory_for_a_reply_gives_a_plain_error_line(shim_build: Path, tmp_path: Path) -> None:
+    run = start(shim_build, tmp_path, "out:0")
     try:
         client = shim_control.ShimClient(run.sock)
         reply = client.request({"op": "list"})
@@ -115,8 +107,8 @@ def test_no_memory_for_a_reply_gives_a_plain_error_line(build: Path, tmp_path: P
     assert_intact(summary)
 
 
-def test_no_memory_for_the_qp_list_changes_nothing(build: Path, tmp_path: Path) -> None:
-    run = start(build, tmp_path, "snapshot:0")
+def test_no_memory_for_the_qp_list_changes_nothing(shim_build: Path, tmp_path: Path) -> None:
+    run = start(shim_build, tmp_path, "snapshot:0")
     try:
         client = shim_control.ShimClient(run.sock)
         assert client.request({"op": "list"})["error"] == "out of memory listing the QPs"
@@ -130,9 +122,9 @@ def test_no_memory_for_the_qp_list_changes_nothing(build: Path, tmp_path: Path) 
     assert [ln.fields["tc"] for ln in steps] == ["0", "0"]  # only the bring-up; the job class was not kept
 
 
-def test_no_memory_for_the_qp_record_leaves_the_application_running_untracked(build: Path,
+def test_no_memory_for_the_qp_record_leaves_the_application_running_untracked(shim_build: Path,
                                                                              tmp_path: Path) -> None:
-    run = start(build, tmp_path, "qp:0")
+    run = start(shim_build, tmp_path, "qp:0")
     try:
         summary = run.stop()
     finally:

@@ -4,7 +4,6 @@ then the control socket itself on the requests the old strstr reader got wrong."
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,22 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leveller.agent import shim_control
-from leveller.bench.shim import BuildError, StreamRun, build_all
+from leveller.bench.shim import StreamRun
 
 Parsed = dict[str, tuple[str, Any]]  # key -> (type, value)
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_all(tmp_path_factory.mktemp("shim-build"))
-    except BuildError as exc:
-        pytest.fail(str(exc))
-
-
-def probe_many(build: Path, docs: list[bytes]) -> list[Parsed | str]:
+def probe_many(shim_build: Path, docs: list[bytes]) -> list[Parsed | str]:
     """Each document parsed by the shim's reader: {key: (type, value)}, or the error text."""
-    out = subprocess.run([str(build / "json_probe")], input=b"".join(d + b"\0" for d in docs),
+    out = subprocess.run([str(shim_build / "json_probe")], input=b"".join(d + b"\0" for d in docs),
                          capture_output=True, timeout=60, check=True).stdout.decode().splitlines()
     assert len(out) == len(docs)
     results: list[Parsed | str] = []
@@ -47,8 +38,8 @@ def probe_many(build: Path, docs: list[bytes]) -> list[Parsed | str]:
     return results
 
 
-def probe(build: Path, doc: str | bytes) -> Parsed | str:
-    return probe_many(build, [doc.encode() if isinstance(doc, str) else doc])[0]
+def probe(shim_build: Path, doc: str | bytes) -> Parsed | str:
+    return probe_many(shim_build, [doc.encode() if isinstance(doc, str) else doc])[0]
 
 
 ACCEPTED: list[tuple[str, Parsed]] = [
@@ -69,8 +60,8 @@ ACCEPTED: list[tuple[str, Parsed]] = [
 
 
 @pytest.mark.parametrize("doc,expected", ACCEPTED)
-def test_valid_json_is_read_as_json_means_it(build: Path, doc: str, expected: Parsed) -> None:
-    assert probe(build, doc) == expected
+def test_valid_json_is_read_as_json_means_it(shim_build: Path, doc: str, expected: Parsed) -> None:
+    assert probe(shim_build, doc) == expected
 
 
 REFUSED: list[tuple[str, str]] = [
@@ -103,8 +94,8 @@ REFUSED: list[tuple[str, str]] = [
 
 
 @pytest.mark.parametrize("doc,needle", REFUSED)
-def test_invalid_json_is_refused_with_the_reason_and_place(build: Path, doc: str, needle: str) -> None:
-    result = probe(build, doc)
+def test_invalid_json_is_refused_with_the_reason_and_place(shim_build: Path, doc: str, needle: str) -> None:
+    result = probe(shim_build, doc)
     assert isinstance(result, str), result
     assert needle in result and "at byte" in result
 
@@ -137,38 +128,28 @@ def expected_of(doc: dict[str, Any]) -> Parsed:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=st.lists(st.tuples(documents, st.booleans(), st.sampled_from([None, 0, 2])), min_size=1, max_size=20))
-def test_any_object_python_writes_is_read_back_the_same(build: Path,
+def test_any_object_python_writes_is_read_back_the_same(shim_build: Path,
                                                          docs: list[tuple[dict[str, Any], bool, int | None]]) -> None:
     texts = [json.dumps(d, ensure_ascii=ascii_only, indent=indent).encode() for d, ascii_only, indent in docs]
-    assert probe_many(build, texts) == [expected_of(d) for d, _, _ in docs]
+    assert probe_many(shim_build, texts) == [expected_of(d) for d, _, _ in docs]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=documents.filter(bool), cut=st.floats(0, 1, exclude_max=True))
-def test_every_truncation_is_refused(build: Path, doc: dict[str, Any], cut: float) -> None:
+def test_every_truncation_is_refused(shim_build: Path, doc: dict[str, Any], cut: float) -> None:
     text = json.dumps(doc, ensure_ascii=True).encode()
-    assert isinstance(probe(build, text[:int(cut * len(text))]), str)
+    assert isinstance(probe(shim_build, text[:int(cut * len(text))]), str)
 
 
 # -- the control socket: requests the old strstr reader misread -------------------------------------
 
 def raw_request(sock: Path, line: bytes) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(15)
-        s.connect(str(sock))
-        s.sendall(line + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    reply: dict[str, Any] = json.loads(data)
+    reply: dict[str, Any] = json.loads(shim_control.ShimClient(sock).request_line(line))
     return reply
 
 
-def test_a_job_called_tc_and_other_tricky_requests_over_the_socket(build: Path, tmp_path: Path) -> None:
-    run = StreamRun(build, tmp_path, job='t"c')
+def test_a_job_called_tc_and_other_tricky_requests_over_the_socket(shim_build: Path, tmp_path: Path) -> None:
+    run = StreamRun(shim_build, tmp_path, job='t"c')
     try:
         sock = run.sock
         # the job's name holds the key "tc" and a quote; the tc key comes after it

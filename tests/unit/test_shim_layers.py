@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.bench.shim import SHIM_DIR, BuildError, build_all
+from leveller.bench.shim import SHIM_DIR
 
 # Every allowed edge; alloc.c and real.c are the bottom, anyone may call them.
 ALLOWED = {
@@ -69,13 +69,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 @pytest.fixture(scope="module")
-def objects(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def objects(shim_build: Path) -> list[Path]:
     if shutil.which("nm") is None:
         pytest.fail("nm (binutils) is needed to read the shim's objects")
-    try:
-        build_all(tmp_path_factory.mktemp("shim-build"))
-    except BuildError as exc:
-        pytest.fail(str(exc))
     return sorted((SHIM_DIR / "build").glob("*.o"))
 
 
