@@ -14,6 +14,10 @@
  *     -> {"ok": true, "was_armed": bool}     false: it had run out (the QPs went back already)
  *   anything else -> {"ok": false, "error": "..."}
  *
+ * Lines are parsed as JSON (json.c): a duplicate key, a field the op does not
+ * know, a number that is not an integer in range, or bad JSON is refused with
+ * the reason, and nothing is changed.
+ *
  * The lease: a set_tc with "lease_ms" (or a "lease" op) arms a deadline L ms
  * ahead on CLOCK_MONOTONIC. A thread of the shim's own watches it; when it
  * passes without renewal, every QP is rebuilt at the class the application

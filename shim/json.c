@@ -226,8 +226,9 @@ static int skip_container(struct parser *ps, int depth)
 			if (parse_string(ps, NULL, 0))
 				return -1;
 			skip_ws(ps);
-			if (*ps->p++ != ':')
-				return ps->p--, fail(ps, "expected ':'");
+			if (*ps->p != ':')
+				return fail(ps, *ps->p ? "expected ':'" : "truncated input: expected ':'");
+			ps->p++;
 			skip_ws(ps);
 		}
 		if (parse_value(ps, NULL, depth + 1))
