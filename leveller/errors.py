@@ -1,5 +1,5 @@
 """Errors that the CLI reports as a one-line message and a non-zero exit."""
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 __all__ = ["UserError"]

@@ -35,7 +35,9 @@ import json
 from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import parse_qs
 
-from leveller.core.paths import PROTOCOLS, FlowKey, flow_from_mapping, flow_key
+from leveller.core.paths import flow_from_mapping
+
+from leveller.model.flow import FlowKey, PROTOCOLS, flow_key
 from leveller.errors import UserError
 from leveller.rpc.codec import SchemaError, loads
 

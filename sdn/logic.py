@@ -12,7 +12,9 @@ from typing import Any
 
 import networkx as nx
 
-from leveller.core.paths import FlowKey, Path, Router, choose_path, graph
+from leveller.core.paths import Path, Router, choose_path, graph
+
+from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
 from sdn.rules import Msg, PacketOut, DeleteFlows, path_rules, switch_setup

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from leveller.core.paths import FlowKey, Path
+from leveller.core.paths import Path
+
+from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap
 
 ETH_IPV4 = 0x0800

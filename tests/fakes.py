@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 
 
 class RecordingEnforcer:

@@ -17,7 +17,7 @@ from leveller.agent import libbpf
 from leveller.agent.datapath import DatapathError
 from leveller.agent.flow_structs import KEY_DTYPE, encode_dscp_array, ipv4_key_records
 from leveller.agent.reports import FlowSample
-from leveller.core.paths import FlowKey, flow_key
+from leveller.model.flow import FlowKey, flow_key
 
 COMPACT_SLACK = 65536  # rows of departed flows kept (packed keys reused if they come back)
 

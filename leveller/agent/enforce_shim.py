@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 from leveller.agent.reports import FlowSample
 from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, \
     dscp_traffic_class
-from leveller.core.paths import FlowKey, flow_key
+from leveller.model.flow import FlowKey, flow_key
 
 ROCE_V2_PORT = 4791
 UDP = 17

@@ -15,10 +15,10 @@ import math
 from typing import Iterable, Mapping
 
 from leveller.core.overlap import effective_level
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.jobs.control import COMM_PATTERN, MAX_WAIT_S
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import check_name
+from leveller.model.errors import FieldError
+from leveller.model.checks import check_name
 
 
 class OverlapWindows:
@@ -50,7 +50,7 @@ class OverlapWindows:
             try:
                 job = check_name(m["job"], "job")
                 start, wait = float(m["t"]), float(m["wait"])
-            except (SchemaError, ValueError):
+            except (FieldError, ValueError):
                 self.rejected += 1
                 continue
             if not (math.isfinite(start) and start > 0 and 0 <= wait <= MAX_WAIT_S):

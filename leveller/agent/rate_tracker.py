@@ -31,8 +31,9 @@ from typing import Callable, Iterable
 from leveller.core.rate import progress_rate
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import MAX_JOBS, check_iterations, check_name, check_not_future, check_time
+from leveller.model.errors import FieldError
+from leveller.model.checks import check_iterations, check_name, check_not_future, check_time
+from leveller.model.limits import MAX_JOBS
 
 RECENT = 64  # iteration end times kept per job (enough for the ideal-time profiler)
 
@@ -86,7 +87,7 @@ class RateTracker:
         self.max_jobs = max_jobs
 
     def _parse(self, groups: dict[str, str | None], now: float) -> tuple[str, int | None, float]:
-        """(job, iteration or None, time) of a matched line; SchemaError names the bad field."""
+        """(job, iteration or None, time) of a matched line; FieldError names the bad field."""
         job = check_name(groups.get("job") or self.default_job, "job")
         t = now
         if groups.get("t"):
@@ -94,7 +95,7 @@ class RateTracker:
         check_not_future(t, "t", now)
         n = None if self.counts_lines else check_iterations(_number(groups["iter"] or "", "iter", int), "iter")
         if job not in self.jobs and len(self.jobs) >= self.max_jobs:
-            raise SchemaError("jobs", f"{job!r} would be job number {len(self.jobs) + 1}; a report carries at "
+            raise FieldError("jobs", f"{job!r} would be job number {len(self.jobs) + 1}; a report carries at "
                               f"most {self.max_jobs}")
         return job, n, t
 
@@ -105,7 +106,7 @@ class RateTracker:
             return None
         try:
             job, n, t = self._parse(m.groupdict(), now)
-        except SchemaError as exc:
+        except FieldError as exc:
             self.rejected[exc.field] += 1
             if self.on_reject is not None:
                 self.on_reject(exc.field, f"{exc} (line {line[:120]!r})")
@@ -132,13 +133,13 @@ class RateTracker:
 
 
 def _number(text: str, name: str, kind: type[int] | type[float]) -> int | float:
-    """``text`` as an int or float; SchemaError (field ``name``) if it is not one or is absurdly long."""
+    """``text`` as an int or float; FieldError (field ``name``) if it is not one or is absurdly long."""
     if len(text) > 40:
-        raise SchemaError(name, f"{text[:20]!r}... has {len(text)} characters; not a plausible number")
+        raise FieldError(name, f"{text[:20]!r}... has {len(text)} characters; not a plausible number")
     try:
         return kind(text)
     except ValueError:
-        raise SchemaError(name, f"{text!r} is not a number") from None
+        raise FieldError(name, f"{text!r} is not a number") from None
 
 
 EDGE_BYTES = 64 * 1024  # read at both ends of a log joined late: its jobs' start lines, their latest lines

@@ -7,7 +7,7 @@ consecutive ports). Flows of jobs this host has no progress for are left out,
 and so are flows that match no rule: the controller only ranks what it can score.
 
 A report is built so that the controller accepts it: every job passes the
-controller's own checks (leveller.rpc.schema.job_from_wire and the
+controller's own checks (leveller.model.checks.check_job and the
 future-time rule) or is left out, and the lists stay within the schema's
 limits. One bad job never costs the host its other jobs.
 """
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol
 
 from leveller.agent.rate_tracker import JobProgress
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, FlowReport, JobReport, Report, \
-    check_not_future, job_from_wire, job_to_wire
+from leveller.model.errors import FieldError
+from leveller.model.checks import check_job, check_not_future
+from leveller.model.limits import MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS
+from leveller.model.messages import FlowReport, JobReport, Report
 
 MAX_BYTES = 2**63 - 1  # the schema's bound on a flow's byte counter
 
@@ -137,10 +138,10 @@ def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[
         field = f"jobs[{len(jobs)}]"
         try:
             if len(jobs) >= MAX_JOBS:
-                raise SchemaError("jobs", f"{name!r} would be job number {len(jobs) + 1}; at most {MAX_JOBS}")
-            job = job_from_wire(job_to_wire(job), field)  # the controller's own checks
+                raise FieldError("jobs", f"{name!r} would be job number {len(jobs) + 1}; at most {MAX_JOBS}")
+            job = check_job(job, field)  # the controller's own checks
             check_not_future(job.start_time, f"{field}.start_time", now)
-        except SchemaError as exc:
+        except FieldError as exc:
             if on_reject is not None:
                 on_reject(exc.field, f"job {name!r} left out of the report: {exc}")
             continue

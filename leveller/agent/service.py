@@ -44,8 +44,8 @@ from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.overlap import OverlapWindows
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
-from leveller.core.paths import FlowKey
-from leveller.rpc.schema import JobShift, LevelsReply, Report
+from leveller.model.flow import FlowKey
+from leveller.model.messages import JobShift, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
 
 LOG = logging.getLogger("leveller.agent")

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from leveller.errors import UserError
 from leveller.jobs.control import ShiftOrder, shift_path, write_shift
-from leveller.rpc.schema import JobShift
+from leveller.model.messages import JobShift
 
 
 class ShiftFiles:

@@ -382,7 +382,7 @@ def map_update_ms(entries: int = MAP_ENTRIES, runs: int = 21) -> float:
     """Median time of BpfEnforcer.apply changing the DSCP of ``entries`` flows (root: BPF)."""
     from leveller.agent.datapath import load_detached  # noqa: PLC0415
     from leveller.agent.enforce_bpf import BpfEnforcer  # noqa: PLC0415
-    from leveller.core.paths import FlowKey  # noqa: PLC0415
+    from leveller.model.flow import FlowKey  # noqa: PLC0415
 
     keys = [FlowKey("10.0.0.1", f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", 1024 + i % 60000,
                     4791, 17) for i in range(entries)]

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from leveller.core.paths import FlowKey, Router
+from leveller.core.paths import Router
+
+from leveller.model.flow import FlowKey
 from leveller.core.topology import Topology, topology_from_dict
 
 HOSTS, RAILS, LEAVES, SPINES, JOBS = 128, 8, 16, 8, 37
@@ -113,11 +115,9 @@ def generate(flows: int, seed: int = 1, topology: Topology | None = None) -> Wor
 
 def levels_input(workload: Workload) -> dict[str, Any]:
     """The workload as a `leveller levels --input` FILE (paths from the topology's ECMP choice)."""
-    from leveller.rpc.schema import flow_label  # noqa: PLC0415 (labels only)
-
     router = Router(workload.topology)
     flows = {}
     for key, job in workload.flows:
         links = router.links(key) or ("?unknown-path",)  # never: both ends are NICs of the topology
-        flows[flow_label(key)] = {"job": job, "links": list(links)}
+        flows[key.label()] = {"job": job, "links": list(links)}
     return {"jobs": {job: {"rate": rate} for job, rate in workload.rates.items()}, "flows": flows}

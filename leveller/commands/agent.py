@@ -70,6 +70,7 @@ from typing import Any, Iterator, Mapping
 
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
+from leveller.model.flow import FlowKey
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +132,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _ideal_times(items: list[str]) -> dict[str, float]:
-    from leveller.rpc.schema import MAX_IDEAL_S
+    from leveller.model.limits import MAX_IDEAL_S
 
     out = {}
     for item in items:
@@ -220,7 +221,6 @@ def run(args: argparse.Namespace) -> int:
     from leveller.rpc.auth import load_secret
     from leveller.rpc.failover import FailoverClient, parse_addresses
     from leveller.rpc.push import LevelsWatcher
-    from leveller.rpc.schema import flow_label
 
     check_names(args)
     if not args.controller:
@@ -270,8 +270,8 @@ def run(args: argparse.Namespace) -> int:
                               "cleared": r.cleared, "stale": r.stale, "waiting": r.waiting,
                               "jobs": {j.job: j.iterations for j in r.report.jobs},
                               "rejected": dict(rejected.counts),
-                              "marks": {flow_label(k): v for k, v in (r.marks or {}).items()},
-                              "bytes": _bytes_by_job(r.report.flows, flow_label)}), flush=True)
+                              "marks": {k.label(): v for k, v in (r.marks or {}).items()},
+                              "bytes": _bytes_by_job(r.report.flows, FlowKey.label)}), flush=True)
         elif not r.ok:
             print(f"report failed: {r.error}" + ("; lease expired, all DSCP rewrites cleared" if r.cleared else ""),
                   flush=True)

@@ -47,6 +47,7 @@ import threading
 import time
 
 from leveller.errors import UserError
+from leveller.model.limits import POLICIES
 
 VERIFY_INTERVAL_S = 0.5  # at most two enforcement checks a second (each reads every switch port's tc counters)
 
@@ -58,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from leveller.rpc.tls import add_tls_options
 
     add_tls_options(parser, "controller")
-    parser.add_argument("--policy", default="leveller", choices=("leveller", "crux", "fair", "cassini"))
+    parser.add_argument("--policy", default="leveller", choices=POLICIES)
     parser.add_argument("--levels", type=int, default=2, metavar="K", help="switch priority levels (default 2)")
     parser.add_argument("--tau", type=float, default=1.0, help="seconds between decisions (default 1)")
     parser.add_argument("--on-iteration", action="store_true",
@@ -130,13 +131,12 @@ def check_rate_options(args: argparse.Namespace) -> tuple[float | None, float | 
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
-    from leveller.controller.decide import parse_shape
+    from leveller.model.shape import parse_job_shape
     from leveller.controller.paths import SdnPaths, path_provider
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map, level_map_from_dict
     from leveller.rpc.auth import load_secret
-    from leveller.rpc.schema import flow_label
     from leveller.rpc.transport import serve
 
     if not (args.tau > 0):
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--lease {args.lease}: must be longer than --tau ({args.tau})")
     if args.stale_after is not None and not args.stale_after > args.tau:
         raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
-    shapes = dict(parse_shape(s) for s in args.job_shape)
+    shapes = dict(parse_job_shape(s) for s in args.job_shape)
     window_s, half_life_s = check_rate_options(args)
     from leveller.commands.options import parse_weights
 
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
             line = {"t": round(time.time(), 4), "epoch": ctl.epoch, "mode": args.mode, "error": error,
                     "order": d.order if d else None,
                     "rates": d.rates if d else {}, "jobs": jobs, "enforcement_mismatches": mism,
-                    "levels": {flow_label(k): v for k, v in d.levels.items()} if d else {}}
+                    "levels": {k.label(): v for k, v in d.levels.items()} if d else {}}
             plan = ctl.shift_planner.plan if ctl.shift_planner is not None else None
             if plan is not None:
                 line["shifts"] = {"plan": plan.plan, "s": {j: round(v, 4) for j, v in plan.shifts.items()}}

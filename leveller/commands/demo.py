@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from leveller.errors import UserError
+from leveller.demo.scenario import POLICIES
 
-POLICIES = ("fair", "crux", "leveller")
 # Paper model numbers (digest sections 2 and 3.2); None where the paper gives none.
 PAPER: dict[str, dict[str, list[Optional[float]]]] = {
     "pair": {"fair": [0.75, 0.75], "crux": [1.0, 0.75], "leveller": [0.857, 0.857],

@@ -38,38 +38,19 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from leveller.errors import UserError
+from leveller.model.limits import PAPER_POLICIES as POLICIES  # the link simulator runs the paper's three
 
-POLICIES = ("fair", "crux", "leveller")
 PRESET_NAMES = ("fig3", "fig1-trio")
-JOB_FORMAT = "format C:M[:G] with compute time C > 0, communication time M > 0, GPUs G an integer >= 1"
 DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def parse_job(text: str) -> Any:
-    """Parse C:M[:G] into a LinkJob; UserError naming the part and the allowed values."""
+    """Parse C:M[:G] into a LinkJob (leveller.model.shape's rule); UserError naming the part."""
+    from leveller.model.shape import parse_shape_text
     from leveller.sim.link import LinkJob
 
-    parts = text.split(":")
-    if len(parts) not in (2, 3):
-        raise UserError(f"--job {text!r}: expected 2 or 3 fields separated by ':'; {JOB_FORMAT}")
-    values = []
-    for label, raw in zip(("compute time C", "communication time M"), parts[:2]):
-        try:
-            value = Fraction(raw)
-        except (ValueError, ZeroDivisionError):
-            raise UserError(f"--job {text!r}: {label} must be a number > 0, got {raw!r}; {JOB_FORMAT}") from None
-        if value <= 0:
-            raise UserError(f"--job {text!r}: {label} must be > 0, got {raw!r}; {JOB_FORMAT}")
-        values.append(value)
-    gpus = 1
-    if len(parts) == 3:
-        try:
-            gpus = int(parts[2])
-        except ValueError:
-            raise UserError(f"--job {text!r}: GPUs G must be an integer >= 1, got {parts[2]!r}") from None
-        if gpus < 1:
-            raise UserError(f"--job {text!r}: GPUs G must be an integer >= 1, got {parts[2]!r}")
-    return LinkJob(values[0], values[1], gpus)
+    shape = parse_shape_text(text, "--job", slack=False)
+    return LinkJob(shape.compute, shape.comm, shape.gpus)
 
 
 def parse_tau(text: str) -> Fraction:

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from leveller.errors import UserError
+from leveller.model.limits import POLICIES as ALL
 
-ALL = ("fair", "crux", "cassini", "leveller")
 MAX_LEVELS = 8
 
 

@@ -18,14 +18,13 @@ import numpy as np
 
 from leveller.controller.flowtable import UNKNOWN_PATH, FlowSnapshot, FlowTable
 from leveller.core.levels import prune
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import progress_rate
+from leveller.model.shape import JobShape
 
 __all__ = ["UNKNOWN_PATH", "Decision", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
-MAX_SHAPE_S = 86400.0  # compute / communication seconds per iteration in --job-shape
-MAX_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -40,38 +39,6 @@ class JobInput:
     history: tuple[tuple[float, float], ...] = ()  # (time, ideal-seconds) samples for a windowed/decayed R
     window: float | None = None  # R over the last `window` seconds (leveller.core.rate)
     half_life: float | None = None  # R from decayed iterations and time
-
-
-@dataclass(frozen=True)
-class JobShape:
-    """What Crux ranks by: GPUs, compute and communication time per iteration (seconds); CASSINI
-    also places the communication: it starts ``slack`` seconds before the compute ends."""
-
-    compute: float
-    comm: float
-    gpus: int = 1
-    slack: float = 0.0
-
-
-def parse_shape(text: str) -> tuple[str, JobShape]:
-    """``JOB=C:M[:G[:S]]`` (compute s, communication s at full rate, GPUs, slack s) as given to ``--job-shape``."""
-    from leveller.errors import UserError
-    from leveller.jobs.logline import check_job_name
-
-    job, _, spec = text.partition("=")
-    parts = spec.split(":")
-    try:
-        compute, comm = float(parts[0]), float(parts[1])
-        gpus = int(parts[2]) if len(parts) >= 3 else 1
-        slack = float(parts[3]) if len(parts) == 4 else 0.0
-        ok = (len(parts) in (2, 3, 4) and 0 <= compute <= MAX_SHAPE_S and 0 < comm <= MAX_SHAPE_S
-              and 1 <= gpus <= MAX_GPUS and 0 <= slack <= compute)
-    except (ValueError, IndexError):
-        ok = False
-    if not ok:
-        raise UserError(f"--job-shape {text!r}: expected JOB=C:M[:G[:S]] with 0 <= C <= {MAX_SHAPE_S:g} and "
-                        f"0 < M <= {MAX_SHAPE_S:g} seconds, 1 <= G <= {MAX_GPUS} GPUs, 0 <= S <= C seconds")
-    return check_job_name(job), JobShape(compute, comm, gpus, slack)
 
 
 class FlowLevels(Mapping[FlowKey, int]):

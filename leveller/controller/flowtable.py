@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 
 UNKNOWN_PATH = "?unknown-path"  # the one pseudo-link of every flow whose path is unknown
 COMPACT_SLACK = 65536  # dead ids tolerated beyond the live ones before the table is rebuilt

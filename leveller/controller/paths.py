@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, Sequence
 
-from leveller.core.paths import FlowKey, Router
+from leveller.core.paths import Router
+
+from leveller.model.flow import FlowKey
 from leveller.core.topology import Topology
 from leveller.errors import UserError
 

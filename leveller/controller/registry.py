@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from leveller.controller.decide import JobInput
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.core.profiling import IdealTimeProfiler, drifted, next_reprofile_time
 from leveller.core.rate import history_horizon, trim_history
-from leveller.rpc.schema import Report, check_not_future
+from leveller.model.checks import check_not_future
+from leveller.model.messages import Report
 
 LOG = logging.getLogger("leveller.controller")
 MAX_SAMPLES = 256  # (time, ideal-seconds) samples kept per job for a windowed / decayed R
@@ -104,7 +105,7 @@ class Registry:
         self._rng = random.Random(seed)
 
     def accept(self, report: Report, now: float) -> None:
-        """Store a report after semantic checks (SchemaError names the field; nothing stored then)."""
+        """Store a report after semantic checks (FieldError names the field; nothing stored then)."""
         for i, j in enumerate(report.jobs):
             check_not_future(j.start_time, f"jobs[{i}].start_time", now)
             for k, (_, t) in enumerate(j.recent):

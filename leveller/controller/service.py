@@ -41,7 +41,9 @@ from leveller.controller.shifts import ShiftPlanner
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
 from leveller.controller.shadow import ShadowCollector, ShadowLedger
-from leveller.rpc.schema import MODES, FlowLevel, JobReport, LevelsReply, Report, flow_label
+from leveller.model.flow import FlowKey
+from leveller.model.limits import MODES
+from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report
 
 _KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
 
@@ -66,7 +68,7 @@ class Controller:
                                  weights=weights, rate_window=rate_window, rate_half_life=rate_half_life,
                                  drift_tolerance=drift_tolerance)
         self._published: Published | None = None  # read by the metrics when Prometheus scrapes
-        self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, flow_label)
+        self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, FlowKey.label)
         self.flows = FlowTable()
         self.decision: Decision | None = None
         # CASSINI: time shifts instead of priorities; a plan waits until the jobs' flows settled
@@ -182,7 +184,7 @@ class Controller:
                           "rate": d.rates.get(j.name) if d else None} for j in jobs],
                 "agents": [{"host": a.report.host, "age_s": now - a.received_at, "jobs": len(a.report.jobs),
                             "flows": len(a.report.flows)} for a in self.registry.live(now)],
-                "flows": [{"flow": flow_label(k), "job": job, "host": host, "bytes": nbytes,
+                "flows": [{"flow": k.label(), "job": job, "host": host, "bytes": nbytes,
                            "level": d.levels.get(k) if d else None,
                            "links": list(d.links.get(k, ())) if d else []}
                           for k, (job, host, nbytes) in sorted(flows.items())],

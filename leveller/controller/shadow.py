@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from leveller.core.paths import FlowKey
-from leveller.rpc.schema import Report
+from leveller.model.flow import FlowKey
+from leveller.model.messages import Report
 
 
 class ShadowLedger:

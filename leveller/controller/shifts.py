@@ -26,8 +26,8 @@ from typing import Hashable, Iterable, Mapping, Sequence
 
 from leveller.controller.decide import JobInput, JobShape
 from leveller.core.cassini import CircleJob, shared_link_shifts
-from leveller.core.paths import FlowKey
-from leveller.rpc.schema import JobShift
+from leveller.model.flow import FlowKey
+from leveller.model.messages import JobShift
 
 Structure = tuple[tuple[tuple[Hashable, tuple[str, ...]], ...], tuple[tuple[str, float, tuple], ...]]
 

@@ -63,7 +63,7 @@ from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 MAX_CELLS = 1 << 20  # rows x bins evaluated at once by the vectorised search
 

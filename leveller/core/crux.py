@@ -65,7 +65,7 @@ from typing import Hashable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.rate import Number
 
 L = TypeVar("L", bound=Hashable)

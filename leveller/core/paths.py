@@ -17,82 +17,14 @@ most ``limit`` of them (the first ones in that order).
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import numbers
-import re
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 import networkx as nx
 
 from leveller.core.topology import Topology
-from leveller.core.errors import UserError
-
-PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
-_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-IPV4_PATTERN = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")  # exactly what ipaddress accepts
-
-
-class FlowKey(NamedTuple):
-    """IPv4 5-tuple; ports are 0 for protocols without ports. A tuple: hashing and comparing are
-    C-speed, which matters where a controller keeps 100,000 of them in dicts."""
-
-    src: str
-    dst: str
-    sport: int
-    dport: int
-    proto: int
-
-    def reversed(self) -> "FlowKey":
-        return FlowKey(self.dst, self.src, self.dport, self.sport, self.proto)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"src": self.src, "dst": self.dst, "sport": self.sport, "dport": self.dport, "proto": self.proto}
-
-    def cookie(self) -> int:
-        """Stable 63-bit id (OpenFlow cookie of the flow's rules; top bit left clear)."""
-        return stable_hash(self) & (2**63 - 1)
-
-
-def flow_key(src: Any, dst: Any, sport: Any = 0, dport: Any = 0, proto: Any = "tcp") -> FlowKey:
-    """Build a FlowKey from loosely typed input (e.g. query strings); UserError if invalid."""
-    for name, value in (("src", src), ("dst", dst)):
-        if not (isinstance(value, str) and IPV4_PATTERN.fullmatch(value)):  # the fast path of ~100,000 flows/s
-            try:
-                ipaddress.IPv4Address(str(value))
-            except ValueError:
-                raise UserError(f"flow: {name} = {value!r} is invalid; an IPv4 address") from None
-    if isinstance(proto, str) and proto.lower() in PROTOCOLS:
-        proto_n = PROTOCOLS[proto.lower()]
-    else:
-        proto_n = _integer(proto)
-        if proto_n is None or not 0 <= proto_n <= 255:
-            raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255")
-    ports = []
-    for name, value in (("sport", sport), ("dport", dport)):
-        port = _integer(value)
-        if port is None or not 0 <= port <= 65535:
-            raise UserError(f"flow: {name} = {value!r} is invalid; an integer 0..65535")
-        ports.append(port if proto_n in (6, 17) else 0)
-    return FlowKey(str(src), str(dst), ports[0], ports[1], proto_n)
-
-
-def _integer(value: Any) -> int | None:
-    """An integer, or a string of ASCII digits; None for anything else (int() would also take
-    True, 1.5, " 1", "1_000" and non-ASCII digits)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return None
-
-
-def stable_hash(flow: FlowKey) -> int:
-    """64-bit hash of the 5-tuple, identical across processes (unlike hash())."""
-    text = f"{flow.src}|{flow.dst}|{flow.sport}|{flow.dport}|{flow.proto}".encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-
+from leveller.model.errors import UserError
+from leveller.model.flow import FlowKey, flow_key, stable_hash
 
 @dataclass(frozen=True)
 class Hop:

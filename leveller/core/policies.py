@@ -23,8 +23,8 @@ from fractions import Fraction
 from typing import Optional, Protocol, Sequence
 
 from leveller.core.rate import Number
+from leveller.model.limits import POLICIES as POLICY_NAMES
 
-POLICY_NAMES = ("fair", "crux", "leveller", "cassini")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
+from leveller.model.limits import MAX_LEVELS
 
-MAX_LEVELS = 8
 DEFAULT_DSCP = (0, 8, 16, 24, 32, 40, 10, 18)
 RESERVED_DSCP = (46, 48, 56)
 

@@ -17,7 +17,7 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,9}$")
 NAME_RULE = "1-10 chars: a lowercase letter, then lowercase letters, digits or '_'"

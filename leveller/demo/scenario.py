@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from leveller.errors import UserError
+from leveller.model.limits import PAPER_POLICIES as POLICIES  # the paper's worked examples compare these
 
 LINK_MBPS = 100.0
 LEVELS = 2
@@ -21,7 +22,6 @@ RECEIVER = "h4"
 SENDERS = ("h1", "h2", "h3")
 BASE_PORT = 21000  # below the ephemeral range, so a flow's port names its job unambiguously
 PORT_STRIDE = 10
-POLICIES = ("fair", "crux", "leveller")
 
 # Paper model numbers (digest sections 2 and 3.2); None where the paper gives none.
 PAPER: dict[str, dict[str, list[Optional[float]]]] = {

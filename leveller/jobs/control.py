@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import MAX_IDEAL_S, check_name
+from leveller.model.errors import FieldError
+from leveller.model.checks import check_name
+from leveller.model.limits import MAX_IDEAL_S
 
 SHIFT_VERSION = 1
 LATE_SHARE = 0.1  # a job at most this share of a period late starts at once (no wait of ~1 period)
@@ -54,19 +55,19 @@ class ShiftOrder:
 
 
 def shift_from_dict(raw: Any) -> ShiftOrder:
-    """Validate a shift file's object; SchemaError names the bad field."""
+    """Validate a shift file's object; FieldError names the bad field."""
     if not isinstance(raw, dict) or set(raw) != {"v", "job", "plan", "start_at", "period_s"}:
-        raise SchemaError("shift", f"expected the keys v, job, plan, start_at, period_s; got {raw!r:.120}")
+        raise FieldError("shift", f"expected the keys v, job, plan, start_at, period_s; got {raw!r:.120}")
     if raw["v"] != SHIFT_VERSION:
-        raise SchemaError("v", f"{raw['v']!r} is not a supported version ({SHIFT_VERSION})")
+        raise FieldError("v", f"{raw['v']!r} is not a supported version ({SHIFT_VERSION})")
     plan, start, period = raw["plan"], raw["start_at"], raw["period_s"]
     if isinstance(plan, bool) or not isinstance(plan, int) or plan < 0:
-        raise SchemaError("plan", f"{plan!r} is invalid; an integer >= 0")
+        raise FieldError("plan", f"{plan!r} is invalid; an integer >= 0")
     for name, value in (("start_at", start), ("period_s", period)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise SchemaError(name, f"{value!r} is invalid; a finite number > 0")
+            raise FieldError(name, f"{value!r} is invalid; a finite number > 0")
     if period > MAX_IDEAL_S:
-        raise SchemaError("period_s", f"{period!r} is invalid; at most {MAX_IDEAL_S:g} s")
+        raise FieldError("period_s", f"{period!r} is invalid; at most {MAX_IDEAL_S:g} s")
     return ShiftOrder(check_name(raw["job"], "job"), plan, float(start), float(period))
 
 
@@ -117,8 +118,8 @@ class ShiftFollower:
                 raw = json.loads(fh.read(MAX_SHIFT_FILE_BYTES))
             order = shift_from_dict(raw)
             if order.job != self.job:
-                raise SchemaError("job", f"{order.job!r} is not this job ({self.job!r})")
-        except (OSError, ValueError, SchemaError) as exc:
+                raise FieldError("job", f"{order.job!r} is not this job ({self.job!r})")
+        except (OSError, ValueError, FieldError) as exc:
             self.error = f"{self.path}: {exc}"
             return self._order
         self.error = None

@@ -11,22 +11,14 @@ from __future__ import annotations
 
 import math
 
-from leveller.errors import UserError
-from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import check_name
+from leveller.model.checks import check_job_name
+
+__all__ = ["DEFAULT_PATTERN", "PREFIX", "check_job_name", "format_line"]
 
 PREFIX = "leveller-iter"
 DEFAULT_PATTERN = (
     r"leveller-iter job=(?P<job>\S+)(?: rank=\d+)? iter=(?P<iter>\d+)(?: t=(?P<t>[0-9.]+))?"
 )
-
-
-def check_job_name(name: str) -> str:
-    """Return ``name`` if it is a valid job name (the controller's rule), else raise UserError naming it."""
-    try:
-        return check_name(name, "job name")
-    except SchemaError as exc:
-        raise UserError(str(exc)) from None
 
 
 def format_line(job: str, iteration: int, t: float, rank: int = 0) -> str:

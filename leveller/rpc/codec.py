@@ -12,15 +12,12 @@ import json
 import sys
 from typing import Any
 
+from leveller.model.errors import FieldError
+
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
-class SchemaError(ValueError):
-    """A message does not follow the schema; ``field`` is a path such as ``flows[2].dport``."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+SchemaError = FieldError  # a message that does not follow the schema; ``field`` is a path such as ``flows[2].dport``
 
 
 def _no_constant(name: str) -> Any:

@@ -23,8 +23,10 @@ import grpc
 
 from leveller.rpc import auth
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
-from leveller.rpc.schema import VERSION, LevelsReply, _int, _num, check_name, _obj, _version, encode_reply, \
-    reply_from_wire
+from leveller.model.checks import check_int, check_name, check_number, check_object
+from leveller.model.limits import MAX_COUNTER
+from leveller.model.messages import LevelsReply
+from leveller.rpc.schema import VERSION, check_version, encode_reply, reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
 WATCH = f"/{SERVICE}/Watch"
@@ -41,10 +43,10 @@ class WatchHandler(Protocol):
 
 def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
     """(host, epoch, wait_s) of a Watch request; SchemaError names a bad field."""
-    _obj(msg, "", ("v", "host", "epoch", "wait_s"))
-    _version(msg)
-    return (check_name(msg["host"], "host"), _int(msg["epoch"], "epoch", 0, 2**63 - 1),
-            _num(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
+    check_object(msg, "", ("v", "host", "epoch", "wait_s"))
+    check_version(msg)
+    return (check_name(msg["host"], "host"), check_int(msg["epoch"], "epoch", 0, MAX_COUNTER),
+            check_number(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
 
 
 def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[], float] = time.time,

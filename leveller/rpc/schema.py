@@ -30,188 +30,57 @@ until ``lease_s`` after the decision was made (not after the reply came), so a
 controller whose decision loop stalls cannot keep stale levels alive by
 answering reports. An age rather than a time stamp needs no synchronised clocks.
 
-The field checks (``check_name``, ``check_iterations``, ``check_time``,
-``check_ideal_time``, ``check_not_future``) are public: the agent applies the same ones to every log
-line it reads, so it never builds a report the controller would refuse.
+This module only converts between the wire and leveller.model: the message
+types, limits and field checks live there (the agent applies the same checks
+to every log line it reads, so it never builds a report the controller would
+refuse). Flow addresses are IPv4 or IPv6 strings, canonical once decoded.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import operator
-import re
 import socket
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping
 
-from leveller.core.paths import FlowKey, flow_key
-from leveller.errors import UserError
+from leveller.model.checks import (check_ideal_time, check_job, check_int, check_iterations, check_list, check_name,
+                                   check_not_future, check_number, check_object, check_time, check_weight)
+from leveller.model.errors import UserError
+from leveller.model.flow import PROTOCOL_NAMES, PORT_PROTOCOLS, FlowKey, flow_key
+from leveller.model.limits import (DSCP_MAX, MAX_COUNTER, MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, MAX_LEVELS,
+                                   MAX_RECENT, MODES, NAME_PATTERN)
+from leveller.model.messages import FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report
 from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
 from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
+__all__ = [  # the model's types and checks, re-exported for the wire's users
+    "FlowLevel", "FlowReport", "JobReport", "JobShift", "LevelsReply", "Report", "check_ideal_time",
+    "check_iterations", "check_name", "check_not_future", "check_time", "check_weight", "ReportDecoder",
+    "ReplyEncoder", "check_version", "encode_flow_levels", "encode_reply", "job_from_wire", "job_to_wire",
+    "reply_from_wire", "reply_to_wire", "report_from_wire", "report_to_wire",
+]
+
 VERSION = 1
-MAX_JOBS = 1024
-MAX_FLOWS = 65536
-MAX_RECENT = 256
 DSCP_FIELD = "flows_dscp"  # the report's bytes per flow and DSCP (Report.dscp_bytes)
-MAX_DSCP_BYTES = 4 * 65536  # entries of a report's dscp_bytes (a flow uses a few DSCPs over its life)
-MAX_LEVELS = 8
-MAX_ITERATIONS = 2**53  # exactly representable as a float: R stays exact
-MAX_FUTURE_S = 300.0  # a time further in the future than this is refused (clock or data error)
-MAX_IDEAL_S = 86400.0  # an ideal iteration time above one day is a unit or data error (and would make R explode)
-MIN_WEIGHT, MAX_WEIGHT = 0.001, 1000.0  # operator weights of a job (leveller ranks by R / weight)
-_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_PROTOS = {"tcp": 6, "udp": 17, 6: 6, 17: 17}
+# protocols a flow entry may name: the ones with ports, by name or number (the wire's own spellings)
+_PROTOS: dict[Any, int] = {**{PROTOCOL_NAMES[n]: n for n in PORT_PROTOCOLS}, **{n: n for n in PORT_PROTOCOLS}}
+_NAME = NAME_PATTERN
 _inet_pton = socket.inet_pton
 _json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
+_obj, _list, _int, _num = check_object, check_list, check_int, check_number
 
 
-@dataclass(frozen=True)
-class JobReport:
-    job: str
-    iterations: int
-    start_time: float
-    ideal_time: float | None = None
-    recent: tuple[tuple[int, float], ...] = ()  # (iteration number, unix end time), oldest first
-    weight: float | None = None  # declared operator weight (None: not declared, 1)
-
-
-class FlowReport(NamedTuple):  # tuples: a controller builds 100,000 of them per second
-    key: FlowKey
-    job: str
-    bytes: int
-
-
-@dataclass(frozen=True)
-class Report:
-    host: str
-    jobs: tuple[JobReport, ...]
-    flows: tuple[FlowReport, ...]
-    run: str = ""  # set by the sending client (leveller.rpc.transport), checked by leveller.rpc.replay
-    seq: int = 0
-    dscp_bytes: tuple[tuple[int, int, int], ...] = ()  # (index into flows, DSCP sent with, bytes)
-
-
-class FlowLevel(NamedTuple):
-    key: FlowKey
-    job: str
-    level: int
-
-
-@dataclass(frozen=True)
-class JobShift:
-    """CASSINI's time shift of one job: start an iteration ``start_in_s`` seconds after the reply
-    left (or a whole number of ``period_s`` later), once per ``plan``."""
-
-    job: str
-    plan: int
-    start_in_s: float
-    period_s: float
-
-
-@dataclass(frozen=True)
-class LevelsReply:
-    epoch: int
-    lease_s: float
-    dscp_by_level: tuple[int, ...]
-    flows: tuple[FlowLevel, ...]
-    decision_age_s: float = 0.0  # seconds since the decision was made (controller clock), at reply time
-    shifts: tuple[JobShift, ...] = ()  # policy cassini: one per job of the host with a shift
-    mode: str = "enforce"  # "shadow": the levels are what would be applied; the agent marks nothing
-
-
-MODES = ("enforce", "shadow")  # controller --mode: apply the levels, or only compute and report them
-
-
-def flow_label(key: FlowKey) -> str:
-    """Human-readable flow id, e.g. ``tcp 10.0.0.1:40000>10.0.0.3:47000``."""
-    proto = {6: "tcp", 17: "udp"}.get(key.proto, str(key.proto))
-    return f"{proto} {key.src}:{key.sport}>{key.dst}:{key.dport}"
-
-
-# ---- field validators -------------------------------------------------------------------------
-
-def _obj(value: Any, field: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SchemaError(field, f"expected an object, got {type(value).__name__}")
-    required = tuple(required)
-    allowed = set(required) | set(optional)
-    for key in value:
-        if key not in allowed:
-            raise SchemaError(f"{field}.{key}" if field else key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
-    for key in required:
-        if key not in value:
-            raise SchemaError(f"{field}.{key}" if field else key, "missing")
-    return value
-
-
-def _int(value: Any, field: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise SchemaError(field, f"{value!r} is invalid; an integer in {lo}..{hi}")
-    return value
-
-
-def _num(value: Any, field: str, lo: float, hi: float = math.inf, lo_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and (value > lo if lo_open else value >= lo) and value <= hi:
-        return float(value)
-    bound = (f"> {lo}" if lo_open else f">= {lo}") + (f" and <= {hi:g}" if math.isfinite(hi) else "")
-    raise SchemaError(field, f"{value!r} is invalid; a finite number {bound}")
-
-
-def check_name(value: Any, field: str) -> str:
-    """A host or job name: 1-64 ASCII letters, digits, ``_ . : -``."""
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise SchemaError(field, f"{value!r} is invalid; 1-64 characters from letters, digits, _ . : -")
-    return value
-
-
-def check_iterations(value: Any, field: str) -> int:
-    """A count of finished iterations."""
-    return _int(value, field, 0, MAX_ITERATIONS)
-
-
-def check_time(value: Any, field: str, not_before: float = 0.0) -> float:
-    """A unix time: finite, after 1970 (> 0), and not before ``not_before`` when that is given."""
-    if not_before > 0:
-        return _num(value, field, not_before)
-    return _num(value, field, 0, lo_open=True)
-
-
-def check_ideal_time(value: Any, field: str) -> float:
-    """An ideal iteration time: > 0 and at most MAX_IDEAL_S (one day), so R stays finite and meaningful."""
-    return _num(value, field, 0, MAX_IDEAL_S, lo_open=True)
-
-
-def check_weight(value: Any, field: str) -> float:
-    """An operator weight: a finite number in [MIN_WEIGHT, MAX_WEIGHT] (1 = the paper's ranking)."""
-    return _num(value, field, MIN_WEIGHT, MAX_WEIGHT)
-
-
-def check_not_future(value: float, field: str, now: float) -> float:
-    """A time at most MAX_FUTURE_S after ``now`` (the checking host's clock)."""
-    if value > now + MAX_FUTURE_S:
-        raise SchemaError(field, f"{value} is more than {MAX_FUTURE_S:.0f} s in the future (this host's time "
-                          f"{now:.3f})")
-    return value
-
-
-def _list(value: Any, field: str, max_len: int) -> list[Any]:
-    if not isinstance(value, list):
-        raise SchemaError(field, f"expected a list, got {type(value).__name__}")
-    if len(value) > max_len:
-        raise SchemaError(field, f"{len(value)} entries; at most {max_len} are allowed")
-    return value
-
-
-def _version(msg: Mapping[str, Any]) -> None:
+def check_version(msg: Mapping[str, Any]) -> None:
+    """The message's ``v`` is the version this build speaks."""
     if msg.get("v") != VERSION:
         raise SchemaError("v", f"{msg.get('v')!r} is not a supported version; this build speaks {VERSION}")
+
+
+_version = check_version
 
 
 def _flow(value: dict[str, Any], field: str) -> FlowKey:
@@ -222,7 +91,7 @@ def _flow(value: dict[str, Any], field: str) -> FlowKey:
         _int(value[port], f"{field}.{port}", 0, 65535)
     for addr in ("src", "dst"):
         if not isinstance(value[addr], str):
-            raise SchemaError(f"{field}.{addr}", f"{value[addr]!r} is invalid; an IPv4 address string")
+            raise SchemaError(f"{field}.{addr}", f"{value[addr]!r} is invalid; an IPv4 or IPv6 address string")
     try:
         return flow_key(value["src"], value["dst"], value["sport"], value["dport"], _PROTOS[proto])
     except UserError as exc:
@@ -245,20 +114,9 @@ def job_to_wire(j: JobReport) -> dict[str, Any]:
 def job_from_wire(raw: Any, f: str) -> JobReport:
     """Validate one entry of a report's ``jobs`` list (``f`` is its field path, e.g. ``jobs[2]``)."""
     _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent", "weight"))
-    job = check_name(raw["job"], f"{f}.job")
-    iterations = check_iterations(raw["iterations"], f"{f}.iterations")
-    start = check_time(raw["start_time"], f"{f}.start_time")
-    ideal = raw.get("ideal_time")
-    ideal = None if ideal is None else check_ideal_time(ideal, f"{f}.ideal_time")
-    recent = []
-    for k, pair in enumerate(_list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)):
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise SchemaError(f"{f}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
-        recent.append((_int(pair[0], f"{f}.recent[{k}][0]", 1, iterations),
-                       check_time(pair[1], f"{f}.recent[{k}][1]", start)))
-    weight = raw.get("weight")
-    weight = None if weight is None else check_weight(weight, f"{f}.weight")
-    return JobReport(job, iterations, start, ideal, tuple(recent), weight)
+    recent = _list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)  # a JSON list (the model also takes tuples)
+    return check_job(JobReport(raw["job"], raw["iterations"], raw["start_time"], raw.get("ideal_time"),
+                               recent, raw.get("weight")), f)
 
 
 def report_to_wire(report: Report) -> dict[str, Any]:
@@ -294,7 +152,7 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
         for i, raw, key, job in _flow_entries(items, ("bytes",), seen):
             if job not in seen:
                 raise SchemaError(f"flows[{i}].job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
-            flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, 2**63 - 1)))
+            flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, MAX_COUNTER)))
     by_dscp = msg.get(DSCP_FIELD)
     return Report(host, tuple(jobs), tuple(flows), run, seq,
                   () if by_dscp is None else _dscp_bytes(by_dscp, len(flows)))
@@ -315,8 +173,8 @@ def _dscp_bytes(items: Any, flows: int) -> tuple[tuple[int, int, int], ...]:
         if not flows:
             raise SchemaError(f"{f}[0]", "the report has no flows to index")
         index = _int(entry[0], f"{f}[0]", 0, flows - 1)
-        dscp = _int(entry[1], f"{f}[1]", 0, 63)
-        nbytes = _int(entry[2], f"{f}[2]", 0, 2**63 - 1)
+        dscp = _int(entry[1], f"{f}[1]", 0, DSCP_MAX)
+        nbytes = _int(entry[2], f"{f}[2]", 0, MAX_COUNTER)
         if (index, dscp) in seen:
             raise SchemaError(f, f"flow {index} with DSCP {dscp} appears twice")
         seen.add((index, dscp))
@@ -363,7 +221,7 @@ class ReportDecoder:
     the full path, so results and errors are exactly those of ``report_from_wire``.
 
     Why the text is enough: an entry that passed the checks holds only the seven field
-    names, numbers, IPv4 addresses and job names, so none of ``{ } [ ] ,`` occurs inside
+    names, numbers, IPv4 or IPv6 addresses (no brackets) and job names, so none of ``{ } [ ] ,`` occurs inside
     its strings; a flow list made of such entries and plain integers is therefore
     valid JSON that parses to those entries, whatever surrounds it. Thread-safe;
     memory is bounded by ``max_entries`` remembered entries (least recent hosts go first).
@@ -524,7 +382,7 @@ def _flow_entries(items: Any, extra: tuple[str, ...],
         else:
             job = raw["job"]
         if key in keys:
-            raise SchemaError(f"flows[{i}]", f"flow {flow_label(key)} appears twice")
+            raise SchemaError(f"flows[{i}]", f"flow {key.label()} appears twice")
         keys.add(key)
         yield i, raw, key, job
 
@@ -631,7 +489,7 @@ def _shifts_from_wire(items: Any, known: set[str] | None) -> tuple[JobShift, ...
         if job in seen:
             raise SchemaError(f"{f}.job", f"{job!r} appears twice")
         seen.add(job)
-        plan = _int(raw["plan"], f"{f}.plan", 0, 2**63 - 1)
+        plan = _int(raw["plan"], f"{f}.plan", 0, MAX_COUNTER)
         period = check_ideal_time(raw["period_s"], f"{f}.period_s")
         start_in = _num(raw["start_in_s"], f"{f}.start_in_s", 0)
         if start_in >= period:
@@ -647,10 +505,10 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
     if mode not in MODES:
         raise SchemaError("mode", f"{mode!r}: expected one of {', '.join(MODES)}")
     _version(msg)
-    epoch = _int(msg["epoch"], "epoch", 0, 2**63 - 1)
+    epoch = _int(msg["epoch"], "epoch", 0, MAX_COUNTER)
     lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
     age = _num(msg["decision_age_s"], "decision_age_s", 0)
-    dscp = tuple(_int(d, f"dscp_by_level[{i}]", 0, 63)
+    dscp = tuple(_int(d, f"dscp_by_level[{i}]", 0, DSCP_MAX)
                  for i, d in enumerate(_list(msg["dscp_by_level"], "dscp_by_level", MAX_LEVELS)))
     if not dscp:
         raise SchemaError("dscp_by_level", "empty; one DSCP per level is required")

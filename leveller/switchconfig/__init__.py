@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 
 def check_port_name(name: str, pattern: re.Pattern[str], rule: str) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, dscp_levels
 from leveller.switchconfig import check_port_name
 

@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Sequence
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, QueueConfig, dscp_levels, htb_classid, queue_configs, tc_dscp_filters
 
 QUEUE_MODES = ("set_queue", "tc")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, dscp_levels
 from leveller.switchconfig import check_port_name
 

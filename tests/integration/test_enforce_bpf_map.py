@@ -14,7 +14,7 @@ import pytest
 
 from leveller.agent.datapath import Datapath, DatapathError, load_detached
 from leveller.agent.enforce_bpf import BpfEnforcer, to_datapath_key
-from leveller.core.paths import FlowKey, flow_key
+from leveller.model.flow import FlowKey, flow_key
 
 pytestmark = pytest.mark.privileged
 

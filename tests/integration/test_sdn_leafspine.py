@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.traffic import host_python

@@ -9,7 +9,7 @@ import pytest
 from leveller.agent.rate_tracker import JobProgress, RateTracker
 from leveller.agent.reports import (Classifier, CgroupRule, FlowSample, build_report, merge_progress,
                                     parse_cgroup_rule, parse_port_rule)
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.errors import UserError
 from leveller.jobs.logline import format_line
 

@@ -21,7 +21,6 @@ from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
-from leveller.rpc.schema import flow_label
 from leveller.rpc.transport import serve
 from tests.unit.test_controller_service import FA, FB, SECRET, agent
 
@@ -51,7 +50,7 @@ def test_json_is_the_controllers_decision(running: str, capsys: pytest.CaptureFi
     rates = {j["job"]: j["rate"] for j in status["jobs"]}
     assert rates["a"] == pytest.approx(0.9, abs=0.05) and rates["b"] == pytest.approx(0.6, abs=0.05)
     levels = {f["flow"]: (f["job"], f["level"], f["links"]) for f in status["flows"]}
-    assert levels == {flow_label(FA): ("a", 0, ["s1>s2"]), flow_label(FB): ("b", 1, ["s1>s2"])}
+    assert levels == {FA.label(): ("a", 0, ["s1>s2"]), FB.label(): ("b", 1, ["s1>s2"])}
     assert sorted(a["host"] for a in status["agents"]) == ["h1", "h2"]
 
 
@@ -74,8 +73,8 @@ def test_tables_show_jobs_by_priority_and_each_flows_level(running: str, capsys:
     assert [r[1] for r in jobs] == ["6", "18"]
     assert float(jobs[0][3]) == pytest.approx(0.6, abs=0.05) and float(jobs[1][3]) == pytest.approx(0.9, abs=0.05)
     flows = {r[0]: r for r in rows(out, "flows")}
-    assert flows[flow_label(FB)][1:4] == ["b", "h2", "1"] and flows[flow_label(FB)][5] == "s1>s2"
-    assert flows[flow_label(FA)][1:4] == ["a", "h1", "0"]
+    assert flows[FB.label()][1:4] == ["b", "h2", "1"] and flows[FB.label()][5] == "s1>s2"
+    assert flows[FA.label()][1:4] == ["a", "h1", "0"]
     assert sorted(r[0] for r in rows(out, "agents")) == ["h1", "h2"]
 
 

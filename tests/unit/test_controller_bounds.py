@@ -14,15 +14,17 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
-from leveller.controller.decide import MAX_RATE, JobInput, job_rate, parse_shape
+from leveller.controller.decide import MAX_RATE, JobInput, job_rate
+from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
 from leveller.rpc.codec import SchemaError, decode, encode
-from leveller.rpc.schema import MAX_IDEAL_S, FlowReport, JobReport, Report, report_from_wire, report_to_wire
+from leveller.model.limits import MAX_IDEAL_S
+from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire
 
 
 def controller() -> Controller:
@@ -92,7 +94,7 @@ def test_rate_cap_also_covers_a_non_finite_product() -> None:
 @pytest.mark.parametrize("text", ["j=1e308:1", "j=1:1e308", "j=1:0.5:10000000", "j=1:inf", "j=nan:1"])
 def test_job_shape_is_bounded(text: str) -> None:
     with pytest.raises(UserError, match="86400"):
-        parse_shape(text)
+        parse_job_shape(text)
 
 
 @pytest.mark.parametrize("value", ["1e308", "86401", "inf", "0"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leveller.controller.decide import JobInput, decide, job_rate
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from leveller.controller.paths import SdnPaths, SingleLinkPaths, TopologyPaths, path_provider
-from leveller.core.paths import choose_path, flow_key
+from leveller.core.paths import choose_path
+from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.errors import UserError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leveller.controller.registry import Registry
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.rpc.codec import SchemaError
 from leveller.rpc.schema import FlowReport, JobReport, Report
 

@@ -12,12 +12,13 @@ from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, parse_port_rule
 from leveller.agent.service import Agent
 from leveller.agent.shifts import ShiftFiles
-from leveller.controller.decide import JobInput, JobShape, parse_shape
+from leveller.controller.decide import JobInput, JobShape
+from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.controller.shifts import ShiftPlanner, circle, job_links
 from leveller.core.cassini import link_rotations, shift_overlap
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
@@ -134,10 +135,10 @@ def test_shift_orders_on_the_wire_are_validated() -> None:
 
 
 def test_job_shape_takes_an_optional_slack() -> None:
-    assert parse_shape("j=1:0.5") == ("j", JobShape(1.0, 0.5, 1, 0.0))
-    assert parse_shape("j=1:0.5:4:0.25") == ("j", JobShape(1.0, 0.5, 4, 0.25))
+    assert parse_job_shape("j=1:0.5") == ("j", JobShape(1.0, 0.5, 1, 0.0))
+    assert parse_job_shape("j=1:0.5:4:0.25") == ("j", JobShape(1.0, 0.5, 4, 0.25))
     with pytest.raises(UserError, match="S <= C"):
-        parse_shape("j=1:0.5:4:2")
+        parse_job_shape("j=1:0.5:4:2")
 
 
 class Flows:

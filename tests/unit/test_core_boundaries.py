@@ -11,9 +11,9 @@ from fractions import Fraction
 import pytest
 
 from leveller.core import crux
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.levels import Flow, assign_levels
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.policies import CruxPolicy, FairPolicy, JobView, LevellerPolicy
 from leveller.core.profiling import IdealTimeProfiler
 from leveller.core.rate import progress_rate

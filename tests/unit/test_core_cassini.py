@@ -6,7 +6,7 @@ import pytest
 
 from leveller.core import cassini
 from leveller.core.cassini import CircleJob
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 Q = 0.01  # quantum (s)
 CAP = 100.0  # LCM cap (s): large enough to be exact in these tests

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import pytest
 
 from leveller.core import crux
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 
 # --- GPU intensity and correction factors ---------------------------------------------
 

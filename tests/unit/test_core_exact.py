@@ -16,8 +16,9 @@ import pytest
 from leveller.core import crux
 from leveller.core.bound import cycle_bound, fraction_lcm
 from leveller.core.cassini import CircleJob, compatibility, link_rotations, unified_period
-from leveller.core.errors import UserError
-from leveller.core.paths import choose_path, flow_from_mapping, flow_key, shortest_paths, stable_hash, graph
+from leveller.model.errors import UserError
+from leveller.core.paths import choose_path, flow_from_mapping, shortest_paths, graph
+from leveller.model.flow import flow_key, stable_hash
 from leveller.core.qos import (LevelMap, QueueConfig, default_level_map, dscp_levels, htb_classid, level_map_from_dict,
                                queue_configs, tc_dscp_filters)
 from leveller.core.profiling import IdealTimeProfiler, estimate_ideal_time, next_reprofile_time
@@ -112,8 +113,8 @@ def test_level_map_from_dict_accepts() -> None:
     (("10.0.0.1", "10.0.0.2", 0, "http"), "flow: dport = 'http' is invalid; an integer 0..65535"),
     (("10.0.0.1", "10.0.0.2", True, 0), "flow: sport = True is invalid; an integer 0..65535"),
     (("10.0.0.1", "10.0.0.2", 1.5, 0), "flow: sport = 1.5 is invalid; an integer 0..65535"),
-    (("10.0.0.256", "10.0.0.2"), "flow: src = '10.0.0.256' is invalid; an IPv4 address"),
-    (("10.0.0.1", "host"), "flow: dst = 'host' is invalid; an IPv4 address"),
+    (("10.0.0.256", "10.0.0.2"), "flow: src = '10.0.0.256' is invalid; an IPv4 or IPv6 address"),
+    (("10.0.0.1", "host"), "flow: dst = 'host' is invalid; an IPv4 or IPv6 address"),
 ])
 def test_flow_key_refuses_with_its_message(args: tuple, message: str) -> None:
     with pytest.raises(UserError) as exc:
@@ -178,7 +179,7 @@ def test_shortest_paths_index_bounds_and_unreachable() -> None:
 
 
 def test_flow_key_defaults_are_tcp_without_ports() -> None:
-    from leveller.core.paths import FlowKey
+    from leveller.model.flow import FlowKey
 
     assert flow_key("10.0.0.1", "10.0.0.2") == FlowKey("10.0.0.1", "10.0.0.2", 0, 0, 6)
     assert flow_key("10.0.0.1", "10.0.0.2", 5) == FlowKey("10.0.0.1", "10.0.0.2", 5, 0, 6)

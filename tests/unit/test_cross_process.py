@@ -13,23 +13,24 @@ import os
 import subprocess
 import sys
 
-from leveller.core.paths import choose_path, flow_key, stable_hash
+from leveller.core.paths import choose_path
+
+from leveller.model.flow import flow_key, stable_hash
 from leveller.core.topology import preset
-from leveller.rpc.schema import flow_label
 
 FLOWS = [("10.0.0.1", "10.0.0.6", 40000 + i, 5201, "tcp") for i in range(24)] + [
     ("10.0.0.2", "10.0.0.5", 0, 0, "icmp"), ("10.0.0.3", "10.0.0.6", 5353, 53, "udp")]
 
 PROGRAM = """
 import json, sys
-from leveller.core.paths import choose_path, flow_key, stable_hash
+from leveller.core.paths import choose_path
+from leveller.model.flow import flow_key, stable_hash
 from leveller.core.topology import preset
-from leveller.rpc.schema import flow_label
 topo = preset("leafspine")
 out = []
 for f in json.loads(sys.argv[1]):
     key = flow_key(*f)
-    out.append([stable_hash(key), key.cookie(), flow_label(key), list(choose_path(topo, key).nodes)])
+    out.append([stable_hash(key), key.cookie(), key.label(), list(choose_path(topo, key).nodes)])
 print(json.dumps(out))
 """
 
@@ -39,7 +40,7 @@ def compute_here() -> list[list[object]]:
     out = []
     for f in FLOWS:
         key = flow_key(*f)
-        out.append([stable_hash(key), key.cookie(), flow_label(key), list(choose_path(topo, key).nodes)])
+        out.append([stable_hash(key), key.cookie(), key.label(), list(choose_path(topo, key).nodes)])
     return out
 
 

@@ -13,10 +13,11 @@ import pytest
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.service import Agent
-from leveller.controller.decide import JobInput, JobShape, decide, parse_shape
+from leveller.controller.decide import JobInput, JobShape, decide
+from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.core.paths import FlowKey, flow_key
+from leveller.model.flow import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
@@ -129,8 +130,8 @@ def test_crux_ranks_by_the_given_shapes() -> None:
 
 
 def test_parse_shape() -> None:
-    assert parse_shape("j1=0.25:0.5") == ("j1", JobShape(0.25, 0.5, 1))
-    assert parse_shape("j1=1:2:4") == ("j1", JobShape(1.0, 2.0, 4))
+    assert parse_job_shape("j1=0.25:0.5") == ("j1", JobShape(0.25, 0.5, 1))
+    assert parse_job_shape("j1=1:2:4") == ("j1", JobShape(1.0, 2.0, 4))
     for bad in ("j1", "j1=1", "j1=1:0", "j1=a:b", "j1=1:2:0", "bad name=1:2"):
         with pytest.raises(UserError):
-            parse_shape(bad)
+            parse_job_shape(bad)

@@ -19,7 +19,7 @@ from leveller.agent.enforce_shim import (
 )
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.shim_control import QpInfo, ShimError, TcResult
-from leveller.core.paths import FlowKey, flow_key
+from leveller.model.flow import FlowKey, flow_key
 
 GID_A, GID_B = "::ffff:10.0.0.1", "::ffff:10.0.0.2"
 

@@ -11,7 +11,7 @@ from leveller.agent.reports import Classifier, FlowSample, build_report, parse_p
 from leveller.agent.rate_tracker import JobProgress
 from leveller.controller.enforcement import EnforcementMonitor
 from leveller.core.enforcement import Tolerance, compare, egress_ports, expected_bytes
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.core.qos import default_level_map, dscp_levels
 from leveller.rpc.codec import SchemaError
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire

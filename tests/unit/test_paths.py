@@ -2,7 +2,9 @@
 
 from hypothesis import given, settings, strategies as st
 
-from leveller.core.paths import choose_path, equal_cost_paths, flow_key
+from leveller.core.paths import choose_path, equal_cost_paths
+
+from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.errors import UserError
 
@@ -136,7 +138,9 @@ def test_choice_is_the_same_as_picking_from_the_sorted_list(src, dst, sport, dpo
     running SDN app and those a new controller computes agree."""
     import networkx as nx
 
-    from leveller.core.paths import graph, stable_hash
+    from leveller.core.paths import graph
+
+    from leveller.model.flow import stable_hash
 
     f = flow_key(src, dst, sport, dport)
     p = choose_path(LS, f)

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.errors import UserError
 from leveller.rpc import auth
 from leveller.rpc.codec import SchemaError, encode

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.rpc.codec import SchemaError
-from leveller.rpc.schema import (MAX_FLOWS, MAX_IDEAL_S, MAX_JOBS, MAX_LEVELS, MAX_RECENT, check_not_future,
-                                 check_time, flow_label, reply_from_wire, report_from_wire)
+from leveller.model.limits import MAX_FLOWS, MAX_IDEAL_S, MAX_JOBS, MAX_LEVELS, MAX_RECENT
+from leveller.rpc.schema import check_not_future, check_time, reply_from_wire, report_from_wire
 
 RUN = "5f0c3a1e9b7d2468"
 
@@ -229,10 +229,10 @@ def test_reply_lease_epoch_age_and_levels() -> None:
 
 
 def test_flow_labels() -> None:
-    assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, "tcp")) == "tcp 10.0.0.1:1>10.0.0.3:2"
-    assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, "udp")) == "udp 10.0.0.1:1>10.0.0.3:2"
-    assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, "icmp")) == "1 10.0.0.1:0>10.0.0.3:0"
-    assert flow_label(flow_key("10.0.0.1", "10.0.0.3", 1, 2, 7)) == "7 10.0.0.1:0>10.0.0.3:0"
+    assert flow_key("10.0.0.1", "10.0.0.3", 1, 2, "tcp").label() == "tcp 10.0.0.1:1>10.0.0.3:2"
+    assert flow_key("10.0.0.1", "10.0.0.3", 1, 2, "udp").label() == "udp 10.0.0.1:1>10.0.0.3:2"
+    assert flow_key("10.0.0.1", "10.0.0.3", 1, 2, "icmp").label() == "1 10.0.0.1:0>10.0.0.3:0"
+    assert flow_key("10.0.0.1", "10.0.0.3", 1, 2, 7).label() == "7 10.0.0.1:0>10.0.0.3:0"
 
 
 def exactly(fn: Any, msg: dict[str, Any], text: str) -> None:

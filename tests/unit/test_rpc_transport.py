@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from leveller.rpc import auth
 from leveller.rpc.codec import SchemaError, encode
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire

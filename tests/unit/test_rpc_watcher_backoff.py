@@ -65,7 +65,7 @@ def test_failures_back_off_and_a_reply_clears_the_error() -> None:
     w._loop()
     assert waits == [0.25, 0.25, 0.25]  # one back-off per failure, none after the reply
     assert errors_seen[1] == "Unavailable: controller unavailable"
-    assert errors_seen[2].startswith("SchemaError: epoch") and errors_seen[3] == "ValueError: no"
+    assert errors_seen[2].startswith("FieldError: epoch") and errors_seen[3] == "ValueError: no"
     assert got == [REPLY] and w.last_error is None
     w.close()
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
 from sdn.api import make_app

@@ -11,7 +11,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from leveller.controller.paths import path_provider
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from sdn.client import SdnClient
 from tests.unit.test_sdn_api import make
 

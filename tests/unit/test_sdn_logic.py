@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import struct
 
-from leveller.core.paths import FlowKey, choose_path
+from leveller.core.paths import choose_path
+
+from leveller.model.flow import FlowKey
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
 from sdn.logic import PathController, parse_flow

@@ -15,7 +15,7 @@ from os_ken.base import app_manager  # noqa: F401  (os-ken's import order: app_m
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from leveller.core.paths import flow_key
+from leveller.model.flow import flow_key
 from sdn.ofsend import send, to_ofp
 from sdn.rules import SETUP_COOKIE, TABLE_PATH, TABLE_QOS, AddFlow, DeleteFlows, PacketOut
 

@@ -143,7 +143,8 @@ def test_placers() -> None:
 
 
 def test_ecmp_is_the_sdn_apps_choice() -> None:
-    from leveller.core.paths import choose_path, flow_key
+    from leveller.core.paths import choose_path
+    from leveller.model.flow import flow_key
 
     net = load_network("leafspine:leaves=3,spines=4")
     for sport in range(40):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from leveller.core.errors import UserError
+from leveller.model.errors import UserError
 from leveller.core.topology import host_mac, preset, topology_from_dict
 from tests.unit.test_rpc_schema import mutate
 

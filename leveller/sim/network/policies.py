@@ -19,6 +19,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
+from leveller.model.limits import POLICIES
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
@@ -91,7 +92,6 @@ class RankedPolicy:
         return {}
 
 
-POLICIES = ("fair", "crux", "cassini", "leveller")
 
 
 def make_net_policy(name: str, tau: float = 0.0, rate_window: Optional[float] = None,

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from leveller.core.paths import FlowKey
+from leveller.model.flow import FlowKey
 from leveller.core.rate import history_horizon, progress_rate, trim_history
 from leveller.sim.network.alone import AloneProfile, alone_profile
 from leveller.sim.network.jobs import JobSpec, ring_volumes

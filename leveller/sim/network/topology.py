@@ -26,7 +26,9 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 
-from leveller.core.paths import MAX_LISTED_PATHS, FlowKey, ShortestPaths, graph, shortest_paths, stable_hash
+from leveller.core.paths import MAX_LISTED_PATHS, ShortestPaths, graph, shortest_paths
+
+from leveller.model.flow import FlowKey, stable_hash
 from leveller.core.topology import PRESETS, Host, Link, Switch, Topology, host_mac, preset
 from leveller.errors import UserError
 
