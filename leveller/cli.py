@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Sequence
 
 from leveller import __version__
+from leveller.commands import add_commands
 from leveller.errors import UserError
 
 # name -> (module, one-line help). Order is the order shown by --help.
@@ -39,21 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"leveller {__version__}")
     add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"), COMMANDS)
     return parser
-
-
-def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
-                 table: dict[str, tuple[str, str]]) -> None:
-    """Add one sub-parser per table entry, configured by its module; absent modules are skipped."""
-    for name, (module_name, help_text) in table.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.configure(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,7 +39,7 @@ from leveller.core.paths import flow_from_mapping
 
 from leveller.model.flow import FlowKey, PROTOCOLS, flow_key
 from leveller.errors import UserError
-from leveller.rpc.codec import SchemaError, loads
+from leveller.codec import SchemaError, loads
 
 Handler = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 T = TypeVar("T")

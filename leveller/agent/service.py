@@ -44,9 +44,9 @@ from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.overlap import OverlapWindows
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
+from leveller.model.errors import CallFailed
 from leveller.model.flow import FlowKey
 from leveller.model.messages import JobShift, LevelsReply, Report
-from leveller.rpc.transport import RpcFailure
 
 LOG = logging.getLogger("leveller.agent")
 
@@ -198,7 +198,7 @@ class Agent:
         sent = self.monotonic()
         try:
             reply = self.client.report(report, known_jobs=self.known_jobs)
-        except RpcFailure as exc:
+        except CallFailed as exc:
             self.last_error = str(exc)
             with self._lock:
                 cleared = self._expire_if_due()

@@ -179,7 +179,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
     import grpc  # noqa: PLC0415
 
     from leveller.rpc import auth  # noqa: PLC0415
-    from leveller.rpc.codec import decode, encode  # noqa: PLC0415
+    from leveller.codec import decode, encode  # noqa: PLC0415
     from leveller.rpc.replay import new_run_id  # noqa: PLC0415
     from leveller.rpc.schema import FlowReport, JobReport, Report, reply_from_wire, report_to_wire  # noqa: PLC0415
     from leveller.rpc.transport import REPORT  # noqa: PLC0415
@@ -242,7 +242,7 @@ class _ReportBody:
     can emulate 1,000 agents without taking the CPU the controller is measured on."""
 
     def __init__(self, host: str, flows: list[tuple[Any, str]]) -> None:
-        from leveller.rpc.codec import encode  # noqa: PLC0415
+        from leveller.codec import encode  # noqa: PLC0415
         from leveller.rpc.schema import FlowReport, Report, report_to_wire  # noqa: PLC0415
 
         self.encode, self.to_wire = encode, report_to_wire

@@ -8,6 +8,8 @@ pyroute2, matplotlib) at module level: import them inside the handler, so
 ``leveller --help`` and pure commands work everywhere.
 """
 
+import argparse
+import importlib
 from pathlib import Path
 
 from leveller.errors import UserError
@@ -21,3 +23,18 @@ def output_dir(text: str, option: str = "--out") -> Path:
     except OSError as exc:
         raise UserError(f"{option} {text}: cannot create it ({exc.strerror})") from None
     return out
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                 table: dict[str, tuple[str, str]]) -> None:
+    """Add one sub-parser per table entry, configured by its module; absent modules are skipped."""
+    for name, (module_name, help_text) in table.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.configure(p)

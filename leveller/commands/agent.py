@@ -197,7 +197,7 @@ def _bytes_by_job(flows: Any, label: Any) -> dict[str, dict[str, int]]:
 def check_names(args: argparse.Namespace) -> None:
     """Refuse bad --host, --dev, --netns before anything touches a file or the network."""
     from leveller.agent.names import check_ifname, check_netns
-    from leveller.rpc.codec import SchemaError
+    from leveller.codec import SchemaError
     from leveller.rpc.schema import check_name
 
     try:

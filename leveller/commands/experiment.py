@@ -24,7 +24,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from leveller.cli import add_commands
+    from leveller.commands import add_commands
 
     add_commands(parser.add_subparsers(dest="experiment", metavar="EXPERIMENT"), EXPERIMENTS)
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)

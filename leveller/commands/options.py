@@ -43,7 +43,7 @@ def rate_options(args: argparse.Namespace) -> tuple[Optional[Fraction], Optional
 
 def parse_weights(items: list[str], option: str = "--job-weight") -> dict[str, float]:
     """``JOB=W`` items into job -> weight, checked with the controller's own rule (leveller.rpc.schema)."""
-    from leveller.rpc.codec import SchemaError
+    from leveller.codec import SchemaError
     from leveller.model.limits import MAX_WEIGHT, MIN_WEIGHT
     from leveller.rpc.schema import check_weight
 

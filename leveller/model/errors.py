@@ -13,10 +13,15 @@ class UserError(ValueError):
 class FieldError(ValueError):
     """A value breaks a rule of the model; ``field`` is a path such as ``flows[2].dport``.
 
-    The wire layer calls it ``SchemaError`` (leveller.rpc.codec): a message that does not
+    The wire layer calls it ``SchemaError`` (leveller.codec): a message that does not
     follow the schema is one whose fields break the model's rules.
     """
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class CallFailed(Exception):
+    """A call to another process got no valid answer (the agent catches this whatever the transport;
+    leveller.rpc.transport.RpcFailure is the gRPC one)."""

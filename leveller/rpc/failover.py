@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 import grpc
 
 from leveller.errors import UserError
-from leveller.rpc.codec import MAX_MESSAGE_BYTES
+from leveller.codec import MAX_MESSAGE_BYTES
 from leveller.rpc.replay import new_run_id
 from leveller.rpc.schema import LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, RpcFailure

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Protocol
 import grpc
 
 from leveller.rpc import auth
-from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.checks import check_int, check_name, check_number, check_object
 from leveller.model.limits import MAX_COUNTER
 from leveller.model.messages import LevelsReply

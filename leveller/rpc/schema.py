@@ -53,7 +53,7 @@ from leveller.model.flow import PROTOCOL_NAMES, PORT_PROTOCOLS, FlowKey, flow_ke
 from leveller.model.limits import (DSCP_MAX, MAX_COUNTER, MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, MAX_LEVELS,
                                    MAX_RECENT, MODES, NAME_PATTERN)
 from leveller.model.messages import FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report
-from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
+from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
 from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
 __all__ = [  # the model's types and checks, re-exported for the wire's users

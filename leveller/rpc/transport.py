@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import grpc
 
+from leveller.model.errors import CallFailed
 from leveller.rpc import auth
-from leveller.rpc.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_host, server_credentials
 from leveller.rpc.schema import LevelsReply, Report, ReplyEncoder, ReportDecoder, VERSION, report_to_wire, \
@@ -44,7 +45,7 @@ class ControllerHandler(Protocol):
     def status(self, now: float) -> dict[str, Any]: ...
 
 
-class RpcFailure(Exception):
+class RpcFailure(CallFailed):
     """A call that failed: ``code`` is the grpc.StatusCode (None for a bad reply signature/schema)."""
 
     def __init__(self, code: grpc.StatusCode | None, details: str) -> None:

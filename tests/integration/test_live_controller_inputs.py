@@ -27,7 +27,7 @@ import grpc
 import pytest
 
 from leveller.rpc import auth
-from leveller.rpc.codec import encode
+from leveller.codec import encode
 from leveller.rpc.replay import new_run_id
 from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure
 

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from leveller.rpc.codec import encode
+from leveller.codec import encode
 from leveller.rpc.transport import ControllerClient
 
 from .support import Proc, free_port, leveller_proc, send_report, wait_until

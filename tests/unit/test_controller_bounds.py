@@ -22,7 +22,7 @@ from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
-from leveller.rpc.codec import SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
 from leveller.model.limits import MAX_IDEAL_S
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire
 

@@ -6,7 +6,7 @@ import pytest
 
 from leveller.controller.registry import Registry
 from leveller.model.flow import flow_key
-from leveller.rpc.codec import SchemaError
+from leveller.codec import SchemaError
 from leveller.rpc.schema import FlowReport, JobReport, Report
 
 F = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)

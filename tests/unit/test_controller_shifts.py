@@ -24,7 +24,7 @@ from leveller.core.qos import default_level_map
 from leveller.errors import UserError
 from leveller.jobs.control import ShiftFollower, shift_path
 from leveller.jobs.logline import format_line
-from leveller.rpc.codec import SchemaError
+from leveller.codec import SchemaError
 from leveller.rpc.schema import FlowLevel, JobShift, LevelsReply, reply_from_wire, reply_to_wire
 from tests.fakes import RecordingEnforcer
 

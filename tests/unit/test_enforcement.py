@@ -13,7 +13,7 @@ from leveller.controller.enforcement import EnforcementMonitor
 from leveller.core.enforcement import Tolerance, compare, egress_ports, expected_bytes
 from leveller.model.flow import flow_key
 from leveller.core.qos import default_level_map, dscp_levels
-from leveller.rpc.codec import SchemaError
+from leveller.codec import SchemaError
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire
 
 LEVELS = dscp_levels(default_level_map(2))  # DSCP 8 -> level 1, everything else level 0

@@ -23,7 +23,7 @@ from leveller.jobs.control import (
 )
 from leveller.jobs.hook import IterationReporter
 from leveller.jobs.spec import JobSpec, WorkerPlace
-from leveller.rpc.codec import SchemaError
+from leveller.codec import SchemaError
 
 
 def test_phase_delay_waits_for_the_next_start_instant() -> None:

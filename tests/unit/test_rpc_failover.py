@@ -14,7 +14,7 @@ import pytest
 from leveller.model.flow import flow_key
 from leveller.errors import UserError
 from leveller.rpc import auth
-from leveller.rpc.codec import SchemaError, encode
+from leveller.codec import SchemaError, encode
 from leveller.rpc.failover import FailoverClient, parse_addresses
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
 from leveller.rpc.transport import REPORT, RpcFailure, serve

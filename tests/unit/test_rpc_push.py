@@ -22,7 +22,7 @@ from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.rpc import auth
-from leveller.rpc.codec import encode
+from leveller.codec import encode
 from leveller.rpc.push import WATCH, LevelsWatcher
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, serve

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import leveller.rpc.schema as schema
 from leveller.model.flow import flow_key
-from leveller.rpc.codec import SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
 from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report, encode_reply,
                                  reply_from_wire, reply_to_wire, report_from_wire, report_to_wire)
 

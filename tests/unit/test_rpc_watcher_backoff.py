@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from leveller.rpc.codec import SchemaError
+from leveller.codec import SchemaError
 from leveller.rpc.push import LevelsWatcher
 from leveller.rpc.schema import LevelsReply
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveller.model.flow import flow_key
-from leveller.rpc.codec import SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
 from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, ReplyEncoder, ReportDecoder,
                                  reply_to_wire, report_from_wire, report_to_wire)
 

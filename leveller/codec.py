@@ -1,4 +1,5 @@
-"""Strict JSON codec: no NaN/Infinity, no duplicate keys, objects at the top level, size-bounded.
+"""Strict JSON codec of every message (RPC, the SDN app's REST API): no NaN/Infinity, no duplicate keys,
+objects at the top level, size-bounded.
 
 Whatever the bytes, parsing ends in a value or a SchemaError: nesting too deep
 for the parser and integers longer than Python converts (4300 digits) are

@@ -1,0 +1,131 @@
+"""The import graph flows one way, and the bottom layers stay pure.
+
+    model  <-  core  <-  {sim, controller, agent, sdn, testbed, jobs, switchconfig}  <-  {rpc, bench, demo}  <-  commands
+
+ALLOWED below is the one place that says which package may import which (every import counts, also
+one inside a function). Where the rest of the tree fits:
+  errors       leveller.errors: the CLI's name for model.errors.UserError (imports only model)
+  codec        leveller.codec: the strict JSON decoder of every message, RPC and the SDN app's REST
+               API alike (imports only model)
+  locking      file locks under /run/leveller (agent, demo); imports only errors
+  jobs         the training-job side (emulator, hook, log-line and shift-file formats): the agent reads
+               what jobs write, so jobs sits beside the agent and below it
+  switchconfig vendor switch configurations: renders the SDN app's OVS rules (sdn.rules) and checks
+               interface names like the agent (agent.names)
+  testbed      emulated clusters; builds its switch queues with switchconfig.ovs. Its topology file
+               loader (testbed.topofile) is read by sim and controller too
+  controller   also asks the SDN app for paths (sdn.client), see controller/paths.py
+The middle layer's few edges among peers are listed one by one; the test also checks that ALLOWED
+has no cycle, so no edge can be added that makes two packages import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"model"}
+FOUNDATION = BASE | {"errors", "codec"}
+PURE = FOUNDATION | {"core"}
+MIDDLE = PURE | {"jobs", "locking"}
+SERVICES = {"sim", "controller", "agent", "sdn", "testbed", "jobs", "switchconfig"}
+ALLOWED: dict[str, set[str]] = {
+    "model": set(),
+    "errors": {"model"},
+    "codec": {"model"},
+    "locking": {"errors"},
+    "core": {"model"},
+    "jobs": {"model", "errors"},
+    "sim": PURE | {"testbed"},  # testbed.topofile: topology files
+    "controller": PURE | {"sdn", "testbed"},  # sdn.client for paths, testbed.topofile
+    "agent": MIDDLE,
+    "sdn": PURE,
+    "testbed": PURE | {"switchconfig"},  # switchconfig.ovs: queue arguments
+    "switchconfig": PURE | {"sdn", "agent"},  # sdn.rules, agent.names
+    "rpc": PURE | {"controller", "agent"},
+    "bench": MIDDLE | SERVICES | {"rpc"},
+    "demo": MIDDLE | SERVICES | {"rpc", "bench"},
+    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo"},
+    "cli": {"errors", "commands"},
+}
+NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess", "pathlib", "shutil",
+         "logging", "json", "threading", "asyncio", "urllib", "http", "requests", "grpc", "bcc",
+         "os_ken", "pyroute2", "matplotlib", "rich", "prometheus_client", "tempfile", "sqlite3"}
+
+
+def package(module: str) -> str | None:
+    """The layer of a module name: the package under leveller (or ``sdn``); None outside the project."""
+    parts = module.split(".")
+    if parts[0] == "sdn":
+        return "sdn"
+    if parts[0] != "leveller" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def imports(path: Path) -> list[str]:
+    """Every absolute module name ``path`` imports, at module level or inside functions."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module or "")
+    return names
+
+
+def edges() -> dict[tuple[str, str], list[str]]:
+    """(importing layer, imported layer) -> the files with such an import."""
+    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for root in ("leveller", "sdn"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            src = package(".".join(rel.with_suffix("").parts))
+            for mod in imports(path):
+                dst = package(mod)
+                if src and dst and dst != src:
+                    out[(src, dst)].append(str(rel))
+    return out
+
+
+def violations(found: dict[tuple[str, str], list[str]]) -> list[str]:
+    return [f"{a} -> {b} is not allowed ({', '.join(files)})" for (a, b), files in sorted(found.items())
+            if b not in ALLOWED.get(a, set())]
+
+
+def test_every_import_follows_the_allowed_graph() -> None:
+    assert violations(edges()) == []
+
+
+def test_the_allowed_graph_flows_one_way() -> None:
+    graph = nx.DiGraph([(a, b) for a, bs in ALLOWED.items() for b in bs])
+    assert nx.is_directed_acyclic_graph(graph), nx.find_cycle(graph)
+
+
+def test_every_package_has_its_place() -> None:
+    layers = {p.stem for p in (ROOT / "leveller").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert layers - {"__init__"} <= set(ALLOWED), sorted(layers - {"__init__"} - set(ALLOWED))
+
+
+def test_a_backward_import_is_named() -> None:
+    found = {("model", "rpc"): ["leveller/model/flow.py"], ("core", "model"): ["leveller/core/paths.py"],
+             ("agent", "rpc"): ["leveller/agent/service.py"]}
+    assert violations(found) == ["agent -> rpc is not allowed (leveller/agent/service.py)",
+                                 "model -> rpc is not allowed (leveller/model/flow.py)"]
+
+
+def test_model_and_core_stay_pure() -> None:
+    """No I/O, clock or randomness in model and core; model imports nothing else of leveller."""
+    for layer in ("model", "core"):
+        files = sorted((ROOT / "leveller" / layer).glob("*.py"))
+        assert len(files) >= 5
+        for path in files:
+            for mod in imports(path):
+                assert mod.split(".")[0] not in NO_IO, f"{path.name} imports {mod}"
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    assert node.func.id not in {"open", "print", "input"}, f"{path.name} calls {node.func.id}"
