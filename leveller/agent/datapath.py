@@ -36,13 +36,16 @@ from leveller.agent.flow_structs import (
     LEASE_FORMAT,
     LEASE_KEY_FORMAT,
     STATS_FORMAT,
-    FlowKey,
     FlowStats,
     decode_dscp,
     encode_dscp,
+    key_records,
+    pack_key,
+    unpack_key,
 )
 from leveller.agent.names import check_ifname, check_netns
 from leveller.errors import UserError
+from leveller.model.flow import FlowKey
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SOURCE = BPF_DIR / "flow_marker.c"
@@ -228,7 +231,10 @@ class Datapath:
             raise UserError(
                 f"{len(self._dscp) + new} marked flows would exceed max_marked_flows="
                 f"{self.max_marked_flows}; nothing changed (raise the limit or clear flows)")
-        keys = b"".join(key.packed for key in mapping)
+        try:
+            keys = key_records(list(mapping))
+        except ValueError as exc:
+            raise UserError(f"flows refused: {exc}; nothing changed") from None
         try:
             libbpf.map_update_batch(self._dscp_fd, keys, bytes(marks), len(marks))
         except libbpf.BpfSyscallError as exc:
@@ -243,7 +249,7 @@ class Datapath:
         if not present:
             return
         try:
-            libbpf.map_delete_batch(self._dscp_fd, b"".join(k.packed for k in present), len(present))
+            libbpf.map_delete_batch(self._dscp_fd, key_records(present), len(present))
         except libbpf.BpfSyscallError as exc:
             self._restore(present)
             raise DatapathError(f"deleting {len(present)} flows from {DSCP_MAP}: {exc}; nothing changed") from exc
@@ -269,9 +275,9 @@ class Datapath:
             old = self._dscp.get(key)
             try:
                 if old is None:
-                    libbpf.map_delete_batch(self._dscp_fd, key.packed, 1)
+                    libbpf.map_delete_batch(self._dscp_fd, pack_key(key), 1)
                 else:
-                    libbpf.map_update_batch(self._dscp_fd, key.packed, bytes([encode_dscp(old)]), 1)
+                    libbpf.map_update_batch(self._dscp_fd, pack_key(key), bytes([encode_dscp(old)]), 1)
             except libbpf.BpfSyscallError:
                 pass  # not there / unchanged: already in the old state
 
@@ -279,14 +285,14 @@ class Datapath:
         """The DSCP map as the kernel holds it (None: an entry that leaves packets alone)."""
         self._require_attached()
         rows = libbpf.map_lookup_all(self._dscp_fd, KEY_FORMAT.size, DSCP_FORMAT.size, self.max_marked_flows)
-        return {FlowKey.unpack(k): decode_dscp(v[0]) for k, v in rows}
+        return {unpack_key(k): decode_dscp(v[0]) for k, v in rows}
 
     # ---- counters -------------------------------------------------------
     def read_stats(self) -> dict[FlowKey, FlowStats]:
         """Counters of every flow seen (since attach, or since LRU eviction), one batched read."""
         self._require_attached()
         rows = libbpf.map_lookup_all(self._stats_fd, KEY_FORMAT.size, STATS_FORMAT.size, self.max_flows)
-        return {FlowKey.unpack(k): FlowStats.unpack(v) for k, v in rows}
+        return {unpack_key(k): FlowStats.unpack(v) for k, v in rows}
 
     def read_dscp_stats(self) -> dict[tuple[FlowKey, int], tuple[int, int]]:
         """(flow, DSCP its packets left with) -> (bytes, packets), one batched read: what each flow put
@@ -297,7 +303,7 @@ class Datapath:
         out: dict[tuple[FlowKey, int], tuple[int, int]] = {}
         for k, v in rows:
             flow, dscp = DSCP_KEY_FORMAT.unpack(k)
-            out[(FlowKey.unpack(flow), dscp)] = DSCP_STATS_FORMAT.unpack(v)
+            out[(unpack_key(flow), dscp)] = DSCP_STATS_FORMAT.unpack(v)
         return out
 
     def forget_flows(self, keys: Iterable[FlowKey]) -> None:
@@ -305,7 +311,11 @@ class Datapath:
         self._require_attached()
         for key in keys:
             try:
-                libbpf.map_delete_batch(self._stats_fd, key.packed, 1)
+                raw = pack_key(key)
+            except ValueError:
+                continue  # never in the map
+            try:
+                libbpf.map_delete_batch(self._stats_fd, raw, 1)
             except libbpf.BpfSyscallError:
                 pass
 

@@ -1,9 +1,8 @@
-"""Adapters from the eBPF datapath (leveller.agent.datapath.Datapath) to the agent's Protocols.
+"""The eBPF datapath (leveller.agent.datapath.Datapath) as the agent's Enforcer and FlowSource.
 
-The datapath speaks its own FlowKey (ipaddress objects, IPv4 or IPv6); the
-agent, RPC and controller speak leveller.core.paths.FlowKey (IPv4 strings).
-This module converts between them and computes the minimal map update, as
-numpy record arrays handed to one batched bpf() call.
+The datapath, the agent, the RPC and the controller all speak the model's
+FlowKey (IPv4 or IPv6); this module computes the minimal map update, as numpy
+record arrays handed to one batched bpf() call.
 """
 
 from __future__ import annotations
@@ -15,23 +14,11 @@ import numpy as np
 
 from leveller.agent import libbpf
 from leveller.agent.datapath import DatapathError
-from leveller.agent.flow_structs import KEY_DTYPE, encode_dscp_array, ipv4_key_records
+from leveller.agent.flow_structs import KEY_DTYPE, encode_dscp_array, key_records
 from leveller.agent.reports import FlowSample
-from leveller.model.flow import FlowKey, flow_key
+from leveller.model.flow import FlowKey
 
 COMPACT_SLACK = 65536  # rows of departed flows kept (packed keys reused if they come back)
-
-
-def to_datapath_key(key: FlowKey) -> Any:
-    from leveller.agent.flow_structs import FlowKey as DpKey
-    return DpKey(key.src, key.dst, key.sport, key.dport, key.proto)
-
-
-def from_datapath_key(key: Any) -> FlowKey | None:
-    """The agent's key for a datapath key, or None for flows the RPC cannot carry (IPv6)."""
-    if key.src.version != 4:
-        return None
-    return flow_key(str(key.src), str(key.dst), key.sport, key.dport, key.proto)
 
 
 class BpfEnforcer:
@@ -124,7 +111,7 @@ class BpfEnforcer:
         if len(missing):
             new = [keys[i] for i in missing.tolist()]
             try:
-                records = ipv4_key_records(*zip(*new))
+                records = key_records(new)
             except ValueError as exc:
                 raise DatapathError(f"levels refused: {exc}; nothing changed") from None
             start = len(self._rows)
@@ -151,12 +138,8 @@ class BpfFlowSource:
         self.datapath = datapath
 
     def read_flows(self) -> Mapping[FlowKey, FlowSample]:
-        by_dscp: dict[Any, list[tuple[int, int]]] = {}
+        by_dscp: dict[FlowKey, list[tuple[int, int]]] = {}
         for (key, dscp), (nbytes, _) in self.datapath.read_dscp_stats().items():
             by_dscp.setdefault(key, []).append((dscp, nbytes))
-        out: dict[FlowKey, FlowSample] = {}
-        for key, stats in self.datapath.read_stats().items():
-            k = from_datapath_key(key)
-            if k is not None:
-                out[k] = FlowSample(stats.bytes, stats.cgroup_id, tuple(sorted(by_dscp.get(key, ()))))
-        return out
+        return {key: FlowSample(stats.bytes, stats.cgroup_id, tuple(sorted(by_dscp.get(key, ()))))
+                for key, stats in self.datapath.read_stats().items()}

@@ -2,31 +2,31 @@
 
 The ONE place that knows the byte layout of the datapath maps. ctypes structs
 mirror the C structs field by field (tests/unit/test_flow_structs.py compiles
-the header with clang and compares sizes and offsets); FlowKey / FlowStats
-are the friendly immutable forms the agent uses. Pure: no bcc, no I/O.
+the header with clang and compares sizes and offsets). A flow is the model's
+FlowKey (leveller.model.flow, IPv4 or IPv6): this module only packs it into the
+map key (``pack_key``, ``key_records``) and back (``unpack_key``); FlowStats is
+the decoded counters. Pure: no bcc, no I/O.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import ipaddress
 import socket
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+from leveller.model.flow import PORT_PROTOCOLS, FlowKey
+from leveller.model.limits import DSCP_MAX
 
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
-PROTOCOLS = {IPPROTO_TCP: "tcp", IPPROTO_UDP: "udp"}
 
 FLOW_DSCP_SET = 0x80  # flow_dscp.mark = FLOW_DSCP_SET | dscp; 0 = leave alone
 FLOW_DSCP_MASK = 0x3F
-DSCP_MAX = 63
 
 
 class FlowKeyC(ctypes.Structure):
@@ -94,31 +94,56 @@ KEY_DTYPE = np.dtype(FlowKeyC)
 DSCP_DTYPE = np.dtype(FlowDscpC)
 
 
-_inet4 = functools.partial(socket.inet_pton, socket.AF_INET)  # strict dotted quad (unlike inet_aton)
+_FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
 
 
-def ipv4_key_records(src: Sequence[str], dst: Sequence[str], sport: Sequence[int], dport: Sequence[int],
-                     proto: Sequence[int]) -> np.ndarray:
-    """struct flow_key records (KEY_DTYPE) of IPv4 flows, built column by column.
+def key_records(keys: Sequence[FlowKey]) -> np.ndarray:
+    """struct flow_key records (KEY_DTYPE) of flows, IPv4 and IPv6 alike, built column by column.
 
-    Addresses are dotted-quad strings (already validated); ports are in host order, as the
-    program stores them. Raises ValueError for a bad address, port or protocol."""
-    n = len(src)
+    Ports are in host order, as the program stores them. Raises ValueError for an address that
+    is not canonical IPv4/IPv6 text, a port outside 0..65535 or a protocol the marker does not
+    track (only TCP and UDP)."""
+    n = len(keys)
     out = np.zeros(n, dtype=KEY_DTYPE)
+    if not n:
+        return out
+    src, dst, sport, dport, proto = zip(*keys)
+    version = np.fromiter((6 if ":" in a else 4 for a in src), dtype=np.uint8, count=n)
     try:
-        out["src_addr"][:, :4] = np.frombuffer(b"".join(map(_inet4, src)), np.uint8).reshape(n, 4)
-        out["dst_addr"][:, :4] = np.frombuffer(b"".join(map(_inet4, dst)), np.uint8).reshape(n, 4)
+        for v, width in ((4, 4), (6, 16)):
+            rows = np.flatnonzero(version == v)
+            if not len(rows):
+                continue
+            pton, family = socket.inet_pton, _FAMILY[v]
+            for column, addrs in (("src_addr", src), ("dst_addr", dst)):
+                packed = b"".join(pton(family, addrs[i]) for i in rows.tolist())
+                out[column][rows, :width] = np.frombuffer(packed, np.uint8).reshape(len(rows), width)
     except (OSError, TypeError, ValueError):
-        raise ValueError("a flow address is not an IPv4 address") from None
+        raise ValueError("a flow address is not an IPv4 or IPv6 address (both ends the same version)") from None
     ports = np.array([sport, dport], dtype=np.int64).reshape(2, n)
-    if n and (ports.min() < 0 or ports.max() > 65535):
+    if ports.min() < 0 or ports.max() > 65535:
         raise ValueError("a flow port is outside 0..65535")
     protos = np.asarray(proto, dtype=np.int64)
-    if n and not np.isin(protos, list(PROTOCOLS)).all():
-        raise ValueError(f"a flow protocol is not one of {sorted(PROTOCOLS)}")
+    if not np.isin(protos, PORT_PROTOCOLS).all():
+        raise ValueError(f"a flow protocol is not one of {list(PORT_PROTOCOLS)} (tcp, udp)")
     out["src_port"], out["dst_port"], out["proto"] = ports[0], ports[1], protos
-    out["ip_version"] = 4
+    out["ip_version"] = version
     return out
+
+
+def pack_key(key: FlowKey) -> bytes:
+    """The bytes of the struct flow_key of ``key``; ValueError as ``key_records``."""
+    return key_records([key]).tobytes()
+
+
+def unpack_key(raw: bytes) -> FlowKey:
+    """The FlowKey of the bytes of a struct flow_key (addresses in canonical text)."""
+    src, dst, sport, dport, proto, version = KEY_FORMAT.unpack(raw)
+    if version == 4:
+        return FlowKey(str(ipaddress.IPv4Address(src[:4])), str(ipaddress.IPv4Address(dst[:4])), sport, dport, proto)
+    if version == 6:
+        return FlowKey(str(ipaddress.IPv6Address(src)), str(ipaddress.IPv6Address(dst)), sport, dport, proto)
+    raise ValueError(f"ip_version={version}: a flow_key holds 4 or 6")
 
 
 def encode_dscp_array(dscp: np.ndarray) -> np.ndarray:
@@ -144,55 +169,6 @@ def decode_dscp(mark: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class FlowKey:
-    """A TCP or UDP 5-tuple as the egress program sees it (src = this host's side)."""
-
-    src: IPAddress
-    dst: IPAddress
-    sport: int
-    dport: int
-    proto: int = IPPROTO_TCP
-    packed: bytes = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        src, dst = _address("src", self.src), _address("dst", self.dst)
-        if src.version != dst.version:
-            raise ValueError(f"src={src}, dst={dst}: both addresses must be IPv4 or both IPv6")
-        for name in ("sport", "dport"):
-            port = getattr(self, name)
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                raise ValueError(f"{name}={port!r}: a port is an integer in 0..65535")
-        if self.proto not in PROTOCOLS:
-            raise ValueError(f"proto={self.proto!r}: allowed are {IPPROTO_TCP} (tcp) and {IPPROTO_UDP} (udp)")
-        object.__setattr__(self, "src", src)
-        object.__setattr__(self, "dst", dst)
-        object.__setattr__(
-            self, "packed",
-            KEY_FORMAT.pack(src.packed, dst.packed, self.sport, self.dport, self.proto, src.version),
-        )
-
-    @classmethod
-    def unpack(cls, raw: bytes) -> FlowKey:
-        """Decode the bytes of a struct flow_key."""
-        src, dst, sport, dport, proto, version = KEY_FORMAT.unpack(raw)
-        if version == 4:
-            return cls(ipaddress.IPv4Address(src[:4]), ipaddress.IPv4Address(dst[:4]), sport, dport, proto)
-        if version == 6:
-            return cls(ipaddress.IPv6Address(src), ipaddress.IPv6Address(dst), sport, dport, proto)
-        raise ValueError(f"ip_version={version}: a flow_key holds 4 or 6")
-
-    def reversed(self) -> FlowKey:
-        """The same flow seen from the other end (replies)."""
-        return FlowKey(self.dst, self.src, self.dport, self.sport, self.proto)
-
-    def __str__(self) -> str:
-        def ep(addr: IPAddress, port: int) -> str:
-            return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
-
-        return f"{PROTOCOLS[self.proto]} {ep(self.src, self.sport)} -> {ep(self.dst, self.dport)}"
-
-
-@dataclass(frozen=True)
 class FlowStats:
     """Counters of one flow (see struct flow_stats for the exact meaning)."""
 
@@ -205,12 +181,3 @@ class FlowStats:
     def unpack(cls, raw: bytes) -> FlowStats:
         """Decode the bytes of a struct flow_stats."""
         return cls(*STATS_FORMAT.unpack(raw))
-
-
-def _address(name: str, value: object) -> IPAddress:
-    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        return value
-    try:
-        return ipaddress.ip_address(value)  # type: ignore[arg-type]
-    except ValueError:
-        raise ValueError(f"{name}={value!r}: expected an IPv4 or IPv6 address") from None

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leveller.agent.flow_structs import FlowKey
 from leveller.errors import UserError
+from leveller.model.flow import FlowKey, flow_key
 
 IPERF_PORT = 5201
 IPERF_CPORT = 40000
@@ -89,14 +89,14 @@ def check_tools() -> None:
 
 def bench_flows(src: ipaddress.IPv4Address, dst: ipaddress.IPv4Address, n: int) -> tuple[list[FlowKey], int]:
     """n distinct TCP flows src -> dst; the iperf3 data flow is at index n // 2 (returned)."""
-    measured = FlowKey(src, dst, IPERF_CPORT, IPERF_PORT)
+    measured = flow_key(src, dst, IPERF_CPORT, IPERF_PORT)
     others = []
     i = 0
     while len(others) < n - 1:
         sport, dport = 1024 + i % 30000, 6000 + i // 30000
         i += 1
         if (sport, dport) != (IPERF_CPORT, IPERF_PORT):
-            others.append(FlowKey(src, dst, sport, dport))
+            others.append(flow_key(src, dst, sport, dport))
     pos = n // 2
     return others[:pos] + [measured] + others[pos:], pos
 
@@ -239,7 +239,7 @@ def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0, progress: Pro
 def _check_ebpf_marked(dp: Any, measured: FlowKey) -> None:
     st = dp.read_stats().get(measured)
     if st is None or st.bytes < 1_000_000:
-        raise RuntimeError(f"our program did not see the iperf3 flow {measured}: the benchmark is invalid")
+        raise RuntimeError(f"our program did not see the iperf3 flow {measured.label()}: the benchmark is invalid")
 
 
 def _check_iptables_marked(ns: str, rulenum: int) -> None:

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leveller.agent import libbpf
-from leveller.agent.flow_structs import DSCP_KEY_FORMAT, DSCP_STATS_FORMAT, KEY_FORMAT, STATS_FORMAT, FlowKey
+from leveller.agent.flow_structs import DSCP_KEY_FORMAT, DSCP_STATS_FORMAT, KEY_FORMAT, STATS_FORMAT, key_records
 from leveller.bench.fuzz_oracle import CHECKS, ETH_HLEN, Flow, check, expect, frame_dscp, kernel_takes
 from leveller.bench.fuzz_packets import KINDS, FrameStream, FlowPlan, plan_flows
+from leveller.model.flow import FlowKey, flow_key
 
 LEASE_S = 3600.0  # a lease that runs through any chunk
 CHUNK = 2048  # frames between two counter checks
@@ -92,7 +93,7 @@ class FuzzResult:
 
 
 def _flow_key(f: Flow) -> FlowKey:
-    return FlowKey(ipaddress.ip_address(f[1]), ipaddress.ip_address(f[2]), f[3], f[4], f[5])
+    return flow_key(ipaddress.ip_address(f[1]), ipaddress.ip_address(f[2]), f[3], f[4], f[5])
 
 
 def _flow_of_key(raw: bytes) -> Flow:
@@ -102,8 +103,7 @@ def _flow_of_key(raw: bytes) -> Flow:
 
 
 def _flow_text(f: Flow) -> str:
-    src, dst = ipaddress.ip_address(f[1]), ipaddress.ip_address(f[2])
-    return f"{'tcp' if f[5] == 6 else 'udp'} {src}:{f[3]} -> {dst}:{f[4]}"
+    return _flow_key(f).label()
 
 
 def load_marker(plan: FlowPlan) -> Any:
@@ -114,7 +114,7 @@ def load_marker(plan: FlowPlan) -> Any:
     dp = load_detached(max_flows=STATS_ENTRIES, max_marked_flows=len(plan.mapped) + len(plan.inert))
     try:
         dp.set_dscp({_flow_key(f): d for f, d in plan.mapped.items()})
-        keys = b"".join(_flow_key(f).packed for f in plan.inert)
+        keys = key_records([_flow_key(f) for f in plan.inert])
         libbpf.map_update_batch(dp._dscp_fd, keys, bytes(plan.inert.values()), len(plan.inert))
     except BaseException:
         dp.detach()

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from leveller.agent import libbpf
-from leveller.agent.flow_structs import FlowDscpC, FlowKey, FlowKeyC, FlowStatsC
+from leveller.agent.flow_structs import FlowDscpC, FlowKeyC, FlowStatsC, key_records, pack_key
 from leveller.errors import UserError
+from leveller.model.flow import FlowKey, flow_key
 
 pytestmark = pytest.mark.privileged
 
@@ -68,11 +69,11 @@ def ipv6(l4: bytes, nexthdr: int = 6, tclass: int = 0, flow_label: int = 0) -> b
 
 
 def key4(sport: int, dport: int, proto: int = 6) -> FlowKey:
-    return FlowKey(SRC4, DST4, sport, dport, proto)
+    return flow_key(SRC4, DST4, sport, dport, proto)
 
 
 def key6(sport: int, dport: int, proto: int = 6) -> FlowKey:
-    return FlowKey(SRC6, DST6, sport, dport, proto)
+    return flow_key(SRC6, DST6, sport, dport, proto)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def loaded() -> Iterator[object]:
 def dp(loaded: object) -> Iterator[object]:
     """The loaded program with both maps emptied and a running lease before each test."""
     raw = list(loaded.read_dscp())  # type: ignore[attr-defined]
-    libbpf.map_delete_batch(loaded._dscp_fd, b"".join(k.packed for k in raw), len(raw))  # type: ignore[attr-defined]
+    libbpf.map_delete_batch(loaded._dscp_fd, key_records(raw), len(raw))  # type: ignore[attr-defined]
     loaded._dscp.clear()  # type: ignore[attr-defined]
     loaded.forget_flows(list(loaded.read_stats()))  # type: ignore[attr-defined]
     by_dscp = libbpf.map_lookup_all(loaded._dscp_stats_fd, 44, 16, loaded.max_dscp_stats)  # type: ignore[attr-defined]
@@ -239,7 +240,7 @@ def test_malformed_or_foreign_packets_pass_identical_and_uncounted(dp: object, n
 def test_invalid_marks_written_directly_leave_packets_alone(dp: object) -> None:
     for sport, mark in ((1100, 0x00), (1101, 0x40 | 46), (1102, 46), (1103, 0xFF)):
         key = key4(sport, 80)
-        libbpf.map_update_batch(dp._dscp_fd, key.packed, bytes([mark]), 1)  # type: ignore[attr-defined]
+        libbpf.map_update_batch(dp._dscp_fd, pack_key(key), bytes([mark]), 1)  # type: ignore[attr-defined]
         pkt = ipv4(tcp(sport, 80), tos=0x05)
         assert run(dp, pkt) == pkt, f"mark {mark:#x}"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.agent.flow_structs import FlowKey
+from leveller.model.flow import flow_key
 from leveller.errors import UserError
 
 from .support import fresh_cgroup
@@ -112,7 +112,7 @@ def test_real_tcp_flow_counted_marked_and_attributed(pair: object, cgroup: Path)
 
     p: VethPair = pair  # type: ignore[assignment]
     sport, dport = 20000 + secrets.randbelow(20000), 5001
-    key = FlowKey(p.ip_a, p.ip_b, sport, dport)
+    key = flow_key(p.ip_a, p.ip_b, sport, dport)
 
     listener = p.socket(p.ns_b)
     listener.bind((str(p.ip_b), dport))
@@ -252,7 +252,7 @@ def test_ipv6_flow_marked_on_the_wire(pair: object) -> None:
     tx = p.socket(p.ns_a, socket.AF_INET6, socket.SOCK_DGRAM)  # type: ignore[attr-defined]
     tx.bind((str(p.ip6_a), 0))  # type: ignore[attr-defined]
     tx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, 0x01)  # ECT(1), DSCP 0
-    key = FlowKey(ipaddress.ip_address(str(p.ip6_a)), ipaddress.ip_address(str(p.ip6_b)),  # type: ignore[attr-defined]
+    key = flow_key(str(p.ip6_a), str(p.ip6_b),  # type: ignore[attr-defined]
                   tx.getsockname()[1], rx.getsockname()[1], 17)
     with Datapath(p.if_a, netns=p.ns_a) as dp:  # type: ignore[attr-defined]
         dp.set_lease(60)

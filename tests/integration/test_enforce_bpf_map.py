@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from leveller.agent.datapath import Datapath, DatapathError, load_detached
-from leveller.agent.enforce_bpf import BpfEnforcer, to_datapath_key
+from leveller.agent.enforce_bpf import BpfEnforcer
 from leveller.model.flow import FlowKey, flow_key
 
 pytestmark = pytest.mark.privileged
@@ -62,13 +62,13 @@ def test_only_changes_are_written_one_batch_each(datapath: Datapath) -> None:
     keys = flows(3000)
     enf.apply(dict.fromkeys(keys, 16), 30)
     assert counted.calls == [("write", 3000), ("lease", 30)]
-    assert kernel(datapath) == {to_datapath_key(k): 16 for k in keys}
+    assert kernel(datapath) == {k: 16 for k in keys}
     counted.calls.clear()
     marks = dict.fromkeys(keys, 16) | {keys[5]: 8, keys[2999]: 8}
     del marks[keys[7]]
     enf.apply(marks, 30)  # two changed, one gone, 2,997 unchanged
     assert counted.calls == [("write", 2), ("delete", 1), ("lease", 30)]
-    assert kernel(datapath) == {to_datapath_key(k): d for k, d in marks.items()}
+    assert kernel(datapath) == dict(marks)
     counted.calls.clear()
     enf.apply(marks, 30)
     assert counted.calls == [("lease", 30)]  # no map write, only the lease renewed
@@ -86,10 +86,10 @@ def test_a_refused_batch_changes_nothing() -> None:
         small.max_marked_flows = 100  # hide the real size: the kernel itself must refuse the batch
         with pytest.raises(DatapathError, match="nothing changed"):
             enf.apply({k: 32 for k in flows(12)}, 30)  # 4 rewritten + 8 new > 8 entries
-        assert kernel(small) == {to_datapath_key(k): 24 for k in first}
+        assert kernel(small) == {k: 24 for k in first}
         assert enf.current == first
         enf.apply({k: 40 for k in flows(6)}, 30)  # fits: the enforcer's record of the map is still right
-        assert kernel(small) == {to_datapath_key(k): 40 for k in flows(6)}
+        assert kernel(small) == {k: 40 for k in flows(6)}
     finally:
         small.detach()
 

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leveller.agent import flow_structs as fs
+from leveller.model.flow import FlowKey, flow_key
 
 HEADER_DIR = Path(__file__).resolve().parents[2] / "bpf"
 MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_dscp": fs.FlowDscpC,
@@ -49,18 +50,18 @@ def test_struct_formats_have_the_ctypes_sizes() -> None:
 
 
 def test_ipv4_key_bytes_written_by_hand() -> None:
-    key = fs.FlowKey(ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("192.168.0.9"), 40000, 5201)
+    key = flow_key("10.1.2.3", "192.168.0.9", 40000, 5201)
     little = (40000).to_bytes(2, "little") + (5201).to_bytes(2, "little")  # host order (x86)
     expected = bytes([10, 1, 2, 3]) + bytes(12) + bytes([192, 168, 0, 9]) + bytes(12) + little + bytes([6, 4, 0, 0])
-    assert key.packed == expected
-    c = fs.FlowKeyC.from_buffer_copy(key.packed)
+    assert fs.pack_key(key) == expected
+    c = fs.FlowKeyC.from_buffer_copy(fs.pack_key(key))
     assert (c.src_port, c.dst_port, c.proto, c.ip_version) == (40000, 5201, 6, 4)
     assert bytes(c.dst_addr)[:4] == bytes([192, 168, 0, 9])
 
 
 def test_ipv6_key_uses_all_address_bytes() -> None:
-    key = fs.FlowKey(ipaddress.ip_address("fd00::1"), ipaddress.ip_address("fd00::2"), 1, 2, fs.IPPROTO_UDP)
-    c = fs.FlowKeyC.from_buffer_copy(key.packed)
+    key = flow_key("fd00::1", "fd00::2", 1, 2, fs.IPPROTO_UDP)
+    c = fs.FlowKeyC.from_buffer_copy(fs.pack_key(key))
     assert bytes(c.src_addr) == bytes([0xFD]) + bytes(14) + bytes([1])
     assert (c.proto, c.ip_version) == (17, 6)
 
@@ -70,15 +71,16 @@ addresses6 = st.builds(ipaddress.IPv6Address, st.integers(0, 2**128 - 1))
 ports = st.integers(0, 65535)
 protos = st.sampled_from([fs.IPPROTO_TCP, fs.IPPROTO_UDP])
 keys = st.one_of(
-    st.builds(fs.FlowKey, addresses4, addresses4, ports, ports, protos),
-    st.builds(fs.FlowKey, addresses6, addresses6, ports, ports, protos),
+    st.builds(flow_key, addresses4, addresses4, ports, ports, protos),
+    st.builds(flow_key, addresses6, addresses6, ports, ports, protos),
 )
 
 
 @given(keys)
-def test_key_round_trips_through_bytes(key: fs.FlowKey) -> None:
-    assert fs.FlowKey.unpack(key.packed) == key
-    assert len(key.packed) == 40
+def test_key_round_trips_through_bytes(key: FlowKey) -> None:
+    assert fs.unpack_key(fs.pack_key(key)) == key
+    assert fs.key_records([key]).tobytes() == fs.pack_key(key)
+    assert len(fs.pack_key(key)) == 40
 
 
 @given(st.tuples(*[st.integers(0, 2**64 - 1)] * 4))
@@ -110,20 +112,25 @@ def test_dscp_out_of_range_is_refused(bad: object) -> None:
     ("dport", {"dport": -1}),
     ("proto", {"proto": 1}),
     ("src", {"src": "not-an-ip"}),
-    ("src=", {"src": "fd00::1"}),  # mixed families
+    ("src = .* and dst", {"src": "fd00::1"}),  # mixed families
 ])
 def test_bad_flow_keys_name_the_field(field: str, kwargs: dict[str, object]) -> None:
+    """The model refuses a bad key naming the field; the map key also refuses protocols the marker
+    does not track (1 = ICMP is a valid flow, not a map key)."""
     args: dict[str, object] = {"src": "10.0.0.1", "dst": "10.0.0.2", "sport": 1, "dport": 2, "proto": 6}
     args.update(kwargs)
     with pytest.raises(ValueError, match=field):
-        fs.FlowKey(**args)  # type: ignore[arg-type]
+        fs.pack_key(flow_key(**args))  # type: ignore[arg-type]
 
 
 def test_string_addresses_are_normalised_and_keys_hash_equal() -> None:
-    a = fs.FlowKey("10.0.0.1", "10.0.0.2", 1, 2)  # type: ignore[arg-type]
-    b = fs.FlowKey(ipaddress.IPv4Address("10.0.0.1"), ipaddress.IPv4Address("10.0.0.2"), 1, 2)
+    a = flow_key("10.0.0.1", "10.0.0.2", 1, 2)
+    b = flow_key(ipaddress.IPv4Address("10.0.0.1"), ipaddress.IPv4Address("10.0.0.2"), 1, 2)
     assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
-    assert a.reversed() == fs.FlowKey(b.dst, b.src, 2, 1)
+    assert a.reversed() == flow_key(b.dst, b.src, 2, 1)
+    six = flow_key("FD00:0:0::1", ipaddress.IPv6Address("fd00::2"), 1, 2)
+    assert six == flow_key("fd00::1", "fd00::2", 1, 2) and six.src == "fd00::1" and six.version == 6
+    assert fs.unpack_key(fs.pack_key(six)) == six
 
 
 # ---- numpy records: the batch buffers, derived from the ctypes mirror ---------------------------------
@@ -135,22 +142,22 @@ def test_numpy_record_types_have_the_ctypes_layout() -> None:
             [(n, getattr(mirror, n).offset) for n, _ in mirror._fields_]
 
 
-@given(st.lists(st.tuples(addresses4, addresses4, ports, ports, protos), max_size=30))
-def test_ipv4_key_records_are_the_packed_keys(rows: list[tuple]) -> None:  # type: ignore[type-arg]
-    records = fs.ipv4_key_records([str(r[0]) for r in rows], [str(r[1]) for r in rows], [r[2] for r in rows],
-                                  [r[3] for r in rows], [r[4] for r in rows])
+@given(st.lists(st.one_of(st.tuples(addresses4, addresses4, ports, ports, protos),
+                          st.tuples(addresses6, addresses6, ports, ports, protos)), max_size=30))
+def test_key_records_are_the_packed_keys(rows: list[tuple]) -> None:  # type: ignore[type-arg]
+    records = fs.key_records([FlowKey(str(r[0]), str(r[1]), *r[2:]) for r in rows])
     assert records.dtype == fs.KEY_DTYPE
-    assert records.tobytes() == b"".join(fs.FlowKey(*r).packed for r in rows)
+    assert records.tobytes() == b"".join(fs.KEY_FORMAT.pack(r[0].packed, r[1].packed, r[2], r[3], r[4], r[0].version)
+                                         for r in rows)
 
 
 @pytest.mark.parametrize("column,value", [("src", "10.0.0"), ("dst", "fd00::1"), ("src", "010.0.0.1"),
                                           ("sport", 65536), ("dport", -1), ("proto", 1)])
-def test_ipv4_key_records_refuse_bad_values(column: str, value: object) -> None:
-    cols: dict[str, list[object]] = {"src": ["10.0.0.1"], "dst": ["10.0.0.2"], "sport": [1], "dport": [2],
-                                     "proto": [6]}
-    cols[column] = [value]
+def test_key_records_refuse_bad_values(column: str, value: object) -> None:
+    cols: dict[str, object] = {"src": "10.0.0.1", "dst": "10.0.0.2", "sport": 1, "dport": 2, "proto": 6}
+    cols[column] = value
     with pytest.raises(ValueError):
-        fs.ipv4_key_records(**cols)  # type: ignore[arg-type]
+        fs.key_records([FlowKey(**cols)])  # type: ignore[arg-type]
 
 
 def test_dscp_array_encoding_matches_the_scalar_one() -> None:
@@ -160,3 +167,13 @@ def test_dscp_array_encoding_matches_the_scalar_one() -> None:
     for bad in (np.array([64]), np.array([-1]), np.array([1.5])):
         with pytest.raises(ValueError, match="DSCP"):
             fs.encode_dscp_array(bad)
+
+
+def test_records_of_mixed_versions_and_refusals() -> None:
+    """One batch holds IPv4 and IPv6 keys, each packed as alone; the marker tracks only TCP and UDP."""
+    both = [flow_key("10.0.0.1", "10.0.0.2", 1, 2), flow_key("fd00::a", "fd00::b", 3, 4, "udp")]
+    assert fs.key_records(both).tobytes() == b"".join(fs.pack_key(k) for k in both)
+    with pytest.raises(ValueError, match="protocol"):
+        fs.pack_key(flow_key("10.0.0.1", "10.0.0.2", proto="icmp"))
+    with pytest.raises(ValueError, match="address"):
+        fs.pack_key(FlowKey("10.0.0.1", "fd00::b", 1, 2, 6))
