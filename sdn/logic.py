@@ -6,35 +6,40 @@ os-ken events and sends what it returns.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+from os_ken.lib.packet import ipv4, ipv6, packet, tcp, udp
 
 from leveller.core.paths import Path, Router, choose_path, graph
 
-from leveller.model.flow import FlowKey
+from leveller.model.flow import FlowKey, flow_key
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
 from sdn.rules import Msg, PacketOut, DeleteFlows, path_rules, switch_setup
 
 
 def parse_flow(frame: bytes) -> FlowKey | None:
-    """5-tuple of an Ethernet/IPv4 frame (ports 0 unless TCP/UDP); None for anything else."""
-    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+    """5-tuple of an Ethernet/IPv4 or Ethernet/IPv6 frame, parsed by os_ken.lib.packet (ports 0 unless TCP/UDP
+    whose header is there); None for anything else."""
+    try:
+        pkt = packet.Packet(frame)
+    except Exception:  # noqa: BLE001 - os_ken's parsers raise what struct / their checks raise on a cut frame
         return None
-    ip = frame[14:]
-    ihl = (ip[0] & 0x0F) * 4
-    if ip[0] >> 4 != 4 or ihl < 20 or len(ip) < ihl:
+    ip4, ip6 = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(ipv6.ipv6)
+    if ip4 is None and ip6 is None:
         return None
-    proto = ip[9]
-    src = ".".join(str(b) for b in ip[12:16])
-    dst = ".".join(str(b) for b in ip[16:20])
-    sport = dport = 0
-    if proto in (6, 17) and len(ip) >= ihl + 4:
-        sport, dport = struct.unpack("!HH", ip[ihl:ihl + 4])
-    return FlowKey(src, dst, sport, dport, proto)
+    l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
+    if l4 is not None:
+        proto, sport, dport = (6 if isinstance(l4, tcp.tcp) else 17), l4.src_port, l4.dst_port
+    else:
+        proto, sport, dport = (ip4.proto if ip4 is not None else ip6.nxt), 0, 0
+    ip = ip4 if ip4 is not None else ip6
+    try:
+        return flow_key(ip.src, ip.dst, sport, dport, proto)
+    except ValueError:
+        return None
 
 
 @dataclass

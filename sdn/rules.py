@@ -4,11 +4,11 @@ PURE (no os-ken, no I/O): `sdn.ofsend` turns these into os-ken messages. Tests
 run them through a fake flow table.
 
 Pipeline on every switch:
-- table 0: IPv4 packets with a level's DSCP get `set_queue(queue of that level)`
+- table 0: IPv4 and IPv6 packets with a level's DSCP get `set_queue(queue of that level)`
   (only in queue mode "set_queue"; the userspace datapath ignores set_queue and
   a tc classifier does the mapping instead), then everything goes to table 1.
-- table 1: exact-match per-flow rules (in_port + 5-tuple) output on the path's
-  port; the miss rule sends IPv4 to the controller; all else is dropped.
+- table 1: exact-match per-flow rules (in_port + 5-tuple, IPv4 or IPv6) output on
+  the path's port; the miss rules send IPv4 and IPv6 to the controller; all else is dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap
 
 ETH_IPV4 = 0x0800
+ETH_IPV6 = 0x86DD
+ETH_TYPES = (ETH_IPV4, ETH_IPV6)
 TABLE_QOS = 0
 TABLE_PATH = 1
 PRIO_DSCP = 100
@@ -69,17 +71,20 @@ def switch_setup(dpid: int, level_map: LevelMap, set_queue: bool) -> list[Msg]:
     msgs: list[Msg] = [DeleteFlows(dpid)]
     if set_queue:
         for dscp, queue in zip(level_map.dscp, level_map.queue):
-            msgs.append(AddFlow(dpid, TABLE_QOS, PRIO_DSCP, (("eth_type", ETH_IPV4), ("ip_dscp", dscp)),
-                                (("set_queue", queue),), goto=TABLE_PATH))
+            for eth_type in ETH_TYPES:
+                msgs.append(AddFlow(dpid, TABLE_QOS, PRIO_DSCP, (("eth_type", eth_type), ("ip_dscp", dscp)),
+                                    (("set_queue", queue),), goto=TABLE_PATH))
     msgs.append(AddFlow(dpid, TABLE_QOS, 0, (), goto=TABLE_PATH))
-    msgs.append(AddFlow(dpid, TABLE_PATH, PRIO_TO_CONTROLLER, (("eth_type", ETH_IPV4),), (("controller", 0),)))
+    for eth_type in ETH_TYPES:
+        msgs.append(AddFlow(dpid, TABLE_PATH, PRIO_TO_CONTROLLER, (("eth_type", eth_type),), (("controller", 0),)))
     msgs.append(AddFlow(dpid, TABLE_PATH, 0, ()))  # drop the rest (no flooding: loops in leaf-spine)
     return msgs
 
 
 def flow_match(flow: FlowKey, in_port: int) -> tuple[tuple[str, int | str], ...]:
-    match: list[tuple[str, int | str]] = [("in_port", in_port), ("eth_type", ETH_IPV4), ("ip_proto", flow.proto),
-                                          ("ipv4_src", flow.src), ("ipv4_dst", flow.dst)]
+    ip = "ipv6" if flow.version == 6 else "ipv4"
+    match: list[tuple[str, int | str]] = [("in_port", in_port), ("eth_type", ETH_IPV6 if ip == "ipv6" else ETH_IPV4),
+                                          ("ip_proto", flow.proto), (f"{ip}_src", flow.src), (f"{ip}_dst", flow.dst)]
     if flow.proto == 6:
         match += [("tcp_src", flow.sport), ("tcp_dst", flow.dport)]
     elif flow.proto == 17:

@@ -31,6 +31,7 @@ class Host:
     name: str
     ip: str
     mac: str
+    ip6: str = ""  # canonical IPv6 address ("" when the topology gives hosts none)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Topology:
     links: tuple[Link, ...]
     levels: int = 4
     subnet: str = DEFAULT_SUBNET
+    subnet6: str = ""  # IPv6 network the hosts' ip6 come from ("" = IPv4 only)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -75,8 +77,9 @@ class Topology:
         raise KeyError(name)
 
     def host_by_ip(self, ip: str) -> Host | None:
+        """The host with this IPv4 or (canonical) IPv6 address."""
         for h in self.hosts:
-            if h.ip == ip:
+            if h.ip == ip or (h.ip6 and h.ip6 == ip):
                 return h
         return None
 
@@ -113,13 +116,16 @@ class Topology:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (round-trips through `topology_from_dict`)."""
-        return {
+        out: dict[str, Any] = {
             "levels": self.levels,
             "subnet": self.subnet,
-            "hosts": [{"name": h.name, "ip": h.ip} for h in self.hosts],
+            "hosts": [{"name": h.name, "ip": h.ip} | ({"ip6": h.ip6} if h.ip6 else {}) for h in self.hosts],
             "switches": [{"name": s.name, "dpid": s.dpid} for s in self.switches],
             "links": [{"a": l.a, "b": l.b, "rate_mbps": l.rate_mbps} for l in self.links],
         }
+        if self.subnet6:
+            out["subnet6"] = self.subnet6
+        return out
 
 
 def _err(field_name: str, value: Any, allowed: str) -> UserError:
@@ -160,18 +166,40 @@ def host_mac(index: int) -> str:
     return "02:1e:00:00:%02x:%02x" % (index >> 8 & 0xFF, index & 0xFF)
 
 
+def _host_ip6(net6: ipaddress.IPv6Network | None, entry: Mapping[str, Any], i: int, used: set[str]) -> str:
+    """The IPv6 address of host ``i``: its ``ip6`` or the i-th address of ``net6`` ("" without subnet6)."""
+    if net6 is None:
+        return ""
+    if "ip6" in entry:
+        try:
+            ip6 = ipaddress.IPv6Address(entry["ip6"] if isinstance(entry["ip6"], str) else "")
+        except ValueError:
+            raise _err(f"hosts[{i}].ip6", entry["ip6"], "an IPv6 address") from None
+        if ip6 not in net6 or ip6 == net6.network_address:
+            raise _err(f"hosts[{i}].ip6", entry["ip6"], f"a host address inside subnet6 {net6}")
+    else:
+        if i + 1 >= net6.num_addresses:
+            raise _err("subnet6", str(net6), "too small for the hosts")
+        ip6 = net6.network_address + 1 + i
+    if str(ip6) in used:
+        raise _err(f"hosts[{i}].ip6", str(ip6), "host addresses must be unique")
+    used.add(str(ip6))
+    return str(ip6)
+
+
 def topology_from_dict(data: Mapping[str, Any]) -> Topology:
     """Validate a parsed topology file (or preset expansion) and build the model.
 
     Keys: `preset` (then only preset options are allowed) or `hosts`, `switches`,
     `links`; optional `levels` (1..8) and `subnet` (host addresses are assigned
-    from it in host order unless a host gives `ip`).
+    from it in host order unless a host gives `ip`); optional `subnet6` gives hosts
+    IPv6 addresses the same way (or a host's `ip6`).
     """
     if not isinstance(data, Mapping):
         raise _err("<file>", data, "expected a table")
     if "preset" in data:
         return preset(data["preset"], {k: v for k, v in data.items() if k != "preset"})
-    _check_keys("<file>", data, {"hosts", "switches", "links", "levels", "subnet", "name"},
+    _check_keys("<file>", data, {"hosts", "switches", "links", "levels", "subnet", "subnet6", "name"},
                 {"hosts", "switches", "links"})
     levels = _levels(data.get("levels", 4))
     try:
@@ -180,6 +208,15 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
         raise _err("subnet", data.get("subnet"), "an IPv4 network such as '10.0.0.0/24'") from None
     if net.version != 4 or net.prefixlen > 29:
         raise _err("subnet", str(net), "an IPv4 network of at least 8 addresses")
+
+    net6 = None
+    if "subnet6" in data:
+        try:
+            net6 = ipaddress.IPv6Network(str(data["subnet6"]), strict=True)
+        except ValueError:
+            raise _err("subnet6", data["subnet6"], "an IPv6 network such as 'fd00:1::/64'") from None
+        if net6.prefixlen > 120:
+            raise _err("subnet6", str(net6), "an IPv6 network of at least 256 addresses")
 
     names: set[str] = set()
     for kind in ("hosts", "switches", "links"):
@@ -209,7 +246,7 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
     ips: set[str] = set()
     usable = net.num_addresses - 2  # host addresses: all but the network and broadcast ones (prefix <= 29)
     for i, entry in enumerate(data["hosts"]):
-        _check_keys(f"hosts[{i}]", entry, {"name", "ip"}, {"name"})
+        _check_keys(f"hosts[{i}]", entry, {"name", "ip"} | ({"ip6"} if net6 else set()), {"name"})
         name = claim(f"hosts[{i}].name", entry["name"])
         if "ip" in entry:
             try:
@@ -225,7 +262,7 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
         if str(ip) in ips:
             raise _err(f"hosts[{i}].ip", str(ip), "host addresses must be unique")
         ips.add(str(ip))
-        hosts.append(Host(name, str(ip), host_mac(i + 1)))
+        hosts.append(Host(name, str(ip), host_mac(i + 1), _host_ip6(net6, entry, i, ips)))
 
     host_names = {h.name for h in hosts}
     switch_names = {s.name for s in switches}
@@ -262,7 +299,7 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
     for s, port in next_port.items():
         if port > 1000:  # names "<switch>-p<port>" must fit 15 chars
             raise _err(f"switches.{s}", f"{port - 1} ports", "at most 999 ports per switch")
-    topo = Topology(tuple(hosts), tuple(switches), tuple(links), levels, str(net))
+    topo = Topology(tuple(hosts), tuple(switches), tuple(links), levels, str(net), str(net6) if net6 else "")
     _check_connected(topo)
     return topo
 

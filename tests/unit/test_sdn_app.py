@@ -50,7 +50,10 @@ def test_a_connecting_switch_gets_a_clean_pipeline_and_is_asked_for_its_ports() 
     assert kinds[0] == "OFPFlowMod" and dp.sent[0].command == ofp.OFPFC_DELETE  # clean slate first
     assert kinds[-1] == "OFPPortDescStatsRequest"
     dscp_rules = [m for m in dp.sent[:-1] if "ip_dscp" in dict(m.match.items())]
-    assert sorted(dict(m.match.items())["ip_dscp"] for m in dscp_rules) == [0, 8, 16, 24]  # one per level
+    for eth_type in (0x0800, 0x86DD):  # one per level, for IPv4 and for IPv6
+        assert sorted(dict(m.match.items())["ip_dscp"] for m in dscp_rules
+                      if dict(m.match.items())["eth_type"] == eth_type) == [0, 8, 16, 24]
+    assert len(dscp_rules) == 8
     assert app.health()["switches"]["leaf1"] is True and app.health()["switches"]["leaf2"] is False
 
 

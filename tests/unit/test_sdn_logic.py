@@ -50,8 +50,11 @@ class FakeFlowTable:
         hops = []
         for _ in range(10):
             dpid = self.topo.switch(sw).dpid
-            pkt = {"in_port": in_port, "eth_type": 0x0800, "ip_proto": flow.proto, "ipv4_src": flow.src,
-                   "ipv4_dst": flow.dst, "ip_dscp": dscp, "tcp_src": flow.sport, "tcp_dst": flow.dport}
+            ip = "ipv6" if ":" in flow.src else "ipv4"
+            l4 = "udp" if flow.proto == 17 else "tcp"
+            pkt = {"in_port": in_port, "eth_type": 0x86DD if ip == "ipv6" else 0x0800, "ip_proto": flow.proto,
+                   f"{ip}_src": flow.src, f"{ip}_dst": flow.dst, "ip_dscp": dscp, f"{l4}_src": flow.sport,
+                   f"{l4}_dst": flow.dport}
             queue = 0
             r0 = self.lookup(dpid, 0, pkt)
             if r0 is None:
@@ -78,7 +81,7 @@ def frame(flow: FlowKey, tos: int = 0) -> bytes:
     eth = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00"
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, tos, 40, 0, 0, 64, flow.proto, 0,
                      bytes(int(x) for x in flow.src.split(".")), bytes(int(x) for x in flow.dst.split(".")))
-    return eth + ip + struct.pack("!HH", flow.sport, flow.dport) + b"\x00" * 16
+    return eth + ip + struct.pack("!HHIIBBHHH", flow.sport, flow.dport, 0, 0, 5 << 4, 0, 0, 0, 0)  # TCP, 20 bytes
 
 
 def setup(topo_name="dumbbell", set_queue=True):
@@ -162,3 +165,49 @@ def test_foreign_addresses_and_switches_are_ignored():
     assert ctl.switch_connected(999, now=1.0) == []
     assert ctl.describe(A)["installed"] is False
     assert ctl.describe(A)["links"] == ["h1>s1", "s1>s2", "s2>h3"] == list(choose_path(topo, A).links)
+
+
+# ---- IPv6 (issue 13): the same pipeline, paths by the hosts' IPv6 addresses --------------------------------
+
+def frame6(flow: FlowKey, tclass: int = 0) -> bytes:
+    """An Ethernet/IPv6/UDP frame, built by hand (the parser under test is os_ken's)."""
+    import ipaddress
+
+    eth = b"\x02" * 6 + b"\x04" * 6 + b"\x86\xdd"
+    ip = struct.pack("!IHBB16s16s", (6 << 28) | (tclass << 20), 8 + 4, 17, 64,
+                     ipaddress.IPv6Address(flow.src).packed, ipaddress.IPv6Address(flow.dst).packed)
+    return eth + ip + struct.pack("!HHHH", flow.sport, flow.dport, 12, 0) + b"ping"
+
+
+def setup6():
+    from leveller.core.topology import topology_from_dict
+
+    data = preset("leafspine").to_dict() | {"subnet6": "fd00:13::/64"}
+    topo = topology_from_dict(data)
+    ctl = PathController(topo, default_level_map(topo.levels), set_queue=True)
+    net = FakeFlowTable(topo)
+    for s in topo.switches:
+        net.apply(ctl.switch_connected(s.dpid, now=0.0))
+    return topo, ctl, net
+
+
+def test_parse_flow_reads_ipv6_and_leaves_what_is_not_ip():
+    six = FlowKey("fd00:13::1", "fd00:13::5", 4791, 4791, 17)
+    assert parse_flow(frame6(six, tclass=24 << 2)) == six
+    assert parse_flow(b"\x02" * 12 + b"\x86\xdd" + b"\x60") is None  # cut in the IPv6 header
+
+
+def test_an_ipv6_flow_gets_its_path_and_its_level_queue():
+    topo, ctl, net = setup6()
+    h1, h5 = topo.host("h1"), topo.host("h5")
+    assert (h1.ip6, h5.ip6) == ("fd00:13::1", "fd00:13::5")
+    flow = FlowKey(h1.ip6, h5.ip6, 50000, 4791, 17)
+    first = topo.host_link("h1")
+    assert net.forward(flow, dscp=0) == ([], f"controller@{first.b}")  # IPv6 misses go to the app
+    net.apply(ctl.packet_in(topo.switch(first.b).dpid, first.b_port, frame6(flow), now=1.0))
+    hops, end = net.forward(flow, dscp=24)  # top level of 4 -> queue 3 on every hop
+    assert end == "host:h5" and [q for _, _, q in hops] == [3, 3, 3]
+    assert [(h["switch"], h["out_port"]) for h in ctl.describe(flow)["hops"]] == [(s, p) for s, p, _ in hops]
+    assert net.forward(flow, dscp=0)[1] == "host:h5" and {q for _, _, q in net.forward(flow, dscp=0)[0]} == {0}
+    # the IPv4 flow between the same hosts is another flow, on its own rules
+    assert net.forward(FlowKey(h1.ip, h5.ip, 50000, 4791, 17), dscp=0) == ([], f"controller@{first.b}")

@@ -165,9 +165,10 @@ def test_ovs_set_queue_flows_match_the_apps_table_zero(capsys):
     flows = [c["argv"][-1] for c in data["commands"] if c["argv"][0] == "ovs-ofctl"]
     assert code == 0 and data["queue_mode"] == "set_queue" and data["level_map"]["dscp"] == [0, 8, 16]
     assert [c["argv"][:5] for c in data["commands"] if c["argv"][0] == "ovs-ofctl"] == \
-        [["ovs-ofctl", "-O", "OpenFlow13", "add-flow", "br0"]] * 4
-    assert flows == [f"cookie=0x8000000000000000,table=0,priority=100,eth_type=0x0800,ip_dscp={d},"
-                     f"actions=set_queue:{q},goto_table:1" for d, q in ((0, 0), (8, 1), (16, 2))] + \
+        [["ovs-ofctl", "-O", "OpenFlow13", "add-flow", "br0"]] * 7
+    assert flows == [f"cookie=0x8000000000000000,table=0,priority=100,eth_type={eth},ip_dscp={d},"
+                     f"actions=set_queue:{q},goto_table:1" for d, q in ((0, 0), (8, 1), (16, 2))
+                     for eth in ("0x0800", "0x86dd")] + \
         ["cookie=0x8000000000000000,table=0,priority=0,actions=goto_table:1"]
     assert data["text"].startswith("#!/bin/sh\n")
 

@@ -35,7 +35,7 @@ DELETE = KeyError  # test_rpc_schema.mutate's "delete this key"
 @pytest.mark.parametrize("data,message", [
     ([1], "topology: <file> = [1] is invalid; expected a table"),
     (changed(("colour",), "red"),
-     "topology: <file>.colour = 'red' is invalid; allowed keys: hosts, levels, links, name, subnet, switches"),
+     "topology: <file>.colour = 'red' is invalid; allowed keys: hosts, levels, links, name, subnet, subnet6, switches"),
     (changed(("links",), DELETE), "topology: <file> is missing required key 'links'"),
     (changed(("levels",), 0), "topology: levels = 0 is invalid; an integer 1..8"),
     (changed(("levels",), 9), "topology: levels = 9 is invalid; an integer 1..8"),

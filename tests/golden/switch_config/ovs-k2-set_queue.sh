@@ -15,5 +15,7 @@ ovs-vsctl -- set Port eth2 qos=@qos1 -- --id=@qos1 create QoS type=linux-htb que
 # 2. DSCP -> queue: OpenFlow set_queue in table 0 of bridge br-fabric, then the SDN app's path table 1;
 #    `leveller sdn --queue-mode set_queue` installs these itself when the switch connects
 ovs-ofctl -O OpenFlow13 add-flow br-fabric cookie=0x8000000000000000,table=0,priority=100,eth_type=0x0800,ip_dscp=0,actions=set_queue:0,goto_table:1
+ovs-ofctl -O OpenFlow13 add-flow br-fabric cookie=0x8000000000000000,table=0,priority=100,eth_type=0x86dd,ip_dscp=0,actions=set_queue:0,goto_table:1
 ovs-ofctl -O OpenFlow13 add-flow br-fabric cookie=0x8000000000000000,table=0,priority=100,eth_type=0x0800,ip_dscp=8,actions=set_queue:1,goto_table:1
+ovs-ofctl -O OpenFlow13 add-flow br-fabric cookie=0x8000000000000000,table=0,priority=100,eth_type=0x86dd,ip_dscp=8,actions=set_queue:1,goto_table:1
 ovs-ofctl -O OpenFlow13 add-flow br-fabric cookie=0x8000000000000000,table=0,priority=0,actions=goto_table:1
