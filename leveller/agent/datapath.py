@@ -118,8 +118,6 @@ class Datapath:
         """Compile and load the program, then add clsact (if absent) and our egress filter."""
         if self.attached:
             raise DatapathError(f"already attached to {self._where()}")
-        from bcc import BPF  # noqa: PLC0415 (heavy, needs root)
-
         ipr = _iproute(self.netns)
         try:
             ifindex = _ifindex(ipr, self.ifname, self.netns)
@@ -128,13 +126,7 @@ class Datapath:
                     f"{self._where()} already carries a leveller filter (prio {FILTER_PRIO:#x}); "
                     "another agent runs there, or a crashed run left it: remove it with "
                     f"leveller.agent.datapath.cleanup_stale({self.ifname!r}, {self.netns!r})")
-            try:
-                self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=self._cflags())
-                fn = self._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
-            except Exception as exc:
-                self._release_bpf()
-                raise DatapathError(f"loading {SOURCE.name} failed: {exc}") from exc
-            self._map_fds()
+            fn = self._load()
             added_clsact = False
             try:
                 if not _has_clsact(ipr, ifindex):
@@ -170,6 +162,20 @@ class Datapath:
             ipr.close()
             self._release_bpf()
             self._dscp.clear()
+
+    def _load(self) -> Any:
+        """Compile the program with this datapath's map sizes, load it and open its maps (the one place
+        bcc runs); returns the loaded function. DatapathError, with nothing left loaded, if that fails."""
+        from bcc import BPF  # noqa: PLC0415 (heavy, needs root)
+
+        try:
+            self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=self._cflags())
+            fn = self._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
+            self._map_fds()
+        except Exception as exc:
+            self._release_bpf()
+            raise DatapathError(f"loading {SOURCE.name} failed: {exc}") from exc
+        return fn
 
     def _release_bpf(self) -> None:
         if self._bpf is not None:
@@ -329,11 +335,7 @@ class Datapath:
 def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None) -> Datapath:
     """A Datapath whose program and maps are loaded but attached nowhere (for BPF_PROG_TEST_RUN)."""
     dp = Datapath("none", max_flows=max_flows, max_marked_flows=max_marked_flows)
-    from bcc import BPF  # noqa: PLC0415
-
-    dp._bpf = BPF(src_file=str(SOURCE).encode(), cflags=dp._cflags())
-    dp._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
-    dp._map_fds()
+    dp._load()
     dp._ifindex = -1  # "attached" for the map API; detach() must not touch tc
     return dp
 

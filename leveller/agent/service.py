@@ -86,6 +86,16 @@ class NoFlows:
         return {}
 
 
+class NoMarking:
+    """Enforcer for hosts without a datapath: levels are received but not written anywhere."""
+
+    def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
 @dataclass
 class StepResult:
     """What one step did (for logs, status and tests)."""

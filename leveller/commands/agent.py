@@ -148,19 +148,9 @@ def _ideal_times(items: list[str]) -> dict[str, float]:
     return out
 
 
-class NoMarking:
-    """Enforcer when no datapath is attached: levels are received but not written anywhere."""
-
-    def apply(self, marks: Mapping[Any, int], valid_for_s: float) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
-    from leveller.agent.service import NoFlows
+    from leveller.agent.service import NoFlows, NoMarking
     if not dev:
         yield NoFlows(), NoMarking()
         return

@@ -132,10 +132,9 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from leveller.model.shape import parse_job_shape
-    from leveller.controller.paths import SdnPaths, path_provider
+    from leveller.controller.paths import SdnPaths, level_map_for, path_provider
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
-    from leveller.core.qos import default_level_map, level_map_from_dict
     from leveller.rpc.auth import load_secret
     from leveller.rpc.transport import serve
 
@@ -160,11 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
         sdn_token = load_token(args.sdn_token_file, "--sdn-token-file")
     paths = path_provider(args.paths, sdn_token)
-    level_map = default_level_map(args.levels)
-    if isinstance(paths, SdnPaths):
-        level_map = level_map_from_dict(paths.client.levels())
-        if level_map.levels != args.levels:
-            raise UserError(f"--levels {args.levels}: the SDN app is configured for {level_map.levels} levels")
+    level_map = level_map_for(paths, args.levels)
     if args.verify and not isinstance(paths, SdnPaths):
         raise UserError("--verify needs --paths sdn:URL|RUN_DIR (the SDN app reads the switch queues)")
     window = args.verify_window if args.verify_window is not None else max(2 * args.tau, 2.0)

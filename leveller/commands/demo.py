@@ -28,52 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Optional
 
 from leveller.errors import UserError
-from leveller.demo.scenario import POLICIES
-
-# Paper model numbers (digest sections 2 and 3.2); None where the paper gives none.
-PAPER: dict[str, dict[str, list[Optional[float]]]] = {
-    "pair": {"fair": [0.75, 0.75], "crux": [1.0, 0.75], "leveller": [0.857, 0.857],
-             "leveller-tau4": [0.857, 0.857]},
-    "trio": {"fair": [0.5, 0.5, 0.667], "crux": [None, 0.0, None], "leveller": [0.6, 0.6, 0.6]},
-}
-EXAMPLES = {"pair": ("fig3", 15), "trio": ("fig1-trio", 21)}  # name -> (preset, timeline span)
-
-
-def simulate(cycles: int, plots_dir: Optional[Path]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The fluid single-link model of both examples (leveller.sim), optionally with timelines."""
-    from leveller.core.policies import make_policy
-    from leveller.sim.link import simulate_link
-    from leveller.sim.presets import PRESETS
-
-    if cycles < 1:
-        raise UserError(f"--cycles must be an integer >= 1, got {cycles}")
-    results: dict[str, dict[str, Any]] = {}
-    for example, (preset, span) in EXAMPLES.items():
-        runs = {}
-        for key in PAPER[example]:
-            policy = make_policy(key.split("-")[0], 4 if key.endswith("tau4") else 0)
-            runs[key] = simulate_link(PRESETS[preset], policy, cycles=cycles,
-                                      record_until=Fraction(span) if plots_dir else Fraction(0))
-        results[example] = runs
-    pictures = []
-    if plots_dir is not None:
-        from leveller.sim.timeline import plot_timelines
-
-        for example, runs in results.items():
-            panels = [(key.replace("-tau4", ", tau=4"), res) for key, res in runs.items()]
-            path = plots_dir / f"{example}-model-timeline.png"
-            try:
-                plot_timelines(panels, path, Fraction(EXAMPLES[example][1]))
-            except OSError as exc:
-                raise UserError(f"--out {plots_dir}: cannot write {path}: {exc.strerror}") from None
-            pictures.append(str(path))
-    return results, pictures
-
+from leveller.demo.model_run import EXAMPLES, simulate
+from leveller.demo.scenario import PAPER, POLICIES, SHAPES
 
 def run_model_only(args: argparse.Namespace) -> int:
     results, pictures = simulate(args.cycles, Path(args.out) if args.plots else None)
@@ -98,7 +58,7 @@ def run_model_only(args: argparse.Namespace) -> int:
         table.add_column("min", justify="right")
         table.add_column("avg", justify="right")
         for key, res in runs.items():
-            paper = PAPER[example][key]
+            paper = PAPER[example][key.split("-")[0]]  # leveller-tau4: the paper's leveller numbers
             cells = [f"{float(r):.3f} ({'-' if p is None else f'{p:g}'})" for r, p in zip(res.rates, paper)]
             table.add_row(key, *cells, f"{float(res.min):.3f}", f"{float(res.avg):.3f}")
         console.print(table)
@@ -193,8 +153,7 @@ def _print_tables(doc: dict[str, Any], out: Path) -> None:
         rows = table_rows(example, doc)
         if not rows:
             continue
-        shapes = ", ".join(f"{c}:{m}" for c, m in __import__("leveller.demo.scenario", fromlist=["SHAPES"])
-                           .SHAPES[example])
+        shapes = ", ".join(f"{c}:{m}" for c, m in SHAPES[example])
         table = Table(title=f"{example} (C:M = {shapes}): R per job measured on the testbed")
         table.add_column("policy")
         for i in range(len(rows[0]) - 3):

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from leveller.core.paths import Router
 
 from leveller.model.flow import FlowKey
+from leveller.core.qos import LevelMap, default_level_map, level_map_from_dict
 from leveller.core.topology import Topology
 from leveller.errors import UserError
 
@@ -80,3 +81,14 @@ def path_provider(spec: str, sdn_token: bytes | None = None) -> PathProvider:
             client.token = sdn_token
         return SdnPaths(client)
     raise UserError(f"--paths {spec!r}: use single[:LINK], topology:PRESET_OR_FILE or sdn:URL|RUN_DIR")
+
+
+def level_map_for(paths: PathProvider, levels: int) -> LevelMap:
+    """The level map the controller decides with: the SDN app's own (the switches queue by it) when
+    paths come from the app, which must have ``levels`` levels; else the default map of ``levels``."""
+    if not isinstance(paths, SdnPaths):
+        return default_level_map(levels)
+    level_map = level_map_from_dict(paths.client.levels())
+    if level_map.levels != levels:
+        raise UserError(f"--levels {levels}: the SDN app is configured for {level_map.levels} levels")
+    return level_map

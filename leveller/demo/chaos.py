@@ -36,7 +36,7 @@ from leveller.demo.live import LiveSettings, run_policy
 from leveller.demo.procstat import cmdline
 from leveller.demo.scenario import LEVELS, RECEIVER, plan
 from leveller.demo.soak import leftovers, role_of
-from leveller.testbed.ovs import pid_alive, stop_pid
+from leveller.procs import pid_alive, stop_pid
 
 EXAMPLE, POLICY = "pair", "leveller"
 MARK_WAIT_S = 3.0

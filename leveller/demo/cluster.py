@@ -18,7 +18,7 @@ from typing import Callable
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.testbed.cluster import Testbed
-from leveller.testbed.ovs import stop_pid
+from leveller.procs import stop_pid
 from leveller.locking import exclusive
 from leveller.testbed.state import DEFAULT_BASE, check_name
 
@@ -119,7 +119,7 @@ class DemoCluster:
         training connections keep their window across the compute phase (no slow start after
         idle), and a lost segment is resent after RTO_MIN_MS, not Linux's WAN default of 200 ms
         (datacenters lower it against incast; here a 200 ms stall is a third of an iteration)."""
-        from leveller.testbed.ovs import run
+        from leveller.procs import run
 
         topo = self.testbed.topology
         for host in self.testbed.state.host_netns:

@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
 from leveller.demo.scenario import LEVELS, LiveJob
-from leveller.testbed.ovs import stop_pid
+from leveller.procs import stop_pid
 
 Tick = Callable[[float], None]  # fraction of the run done
 # Bytes in flight per flow: two flows sharing a level stay below the switch's 100-packet queue, so

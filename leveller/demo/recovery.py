@@ -32,7 +32,7 @@ from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, reco
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
 from leveller.demo.scenario import LINK_MBPS, plan
-from leveller.testbed.ovs import run
+from leveller.procs import run
 
 FLOOD_PORT = 5299
 # what the rest of h1's traffic keeps during the flood: a trickle that keeps j1's TCP ACK-clocked (no

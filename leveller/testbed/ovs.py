@@ -10,14 +10,12 @@ OVS is never contacted: every command names this instance's sockets.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from leveller.core.qos import QueueConfig
 from leveller.errors import UserError
+from leveller.procs import pid_alive, run, stop_pid
 from leveller.switchconfig.ovs import port_qos_args
 
 SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
@@ -27,47 +25,6 @@ DAEMONS = ("ovsdb-server", "ovs-vswitchd")
 def kernel_datapath_available() -> bool:
     """True when the openvswitch kernel module is loaded (else use the userspace datapath)."""
     return Path("/sys/module/openvswitch").is_dir()
-
-
-def run(argv: list[str], env: dict[str, str] | None = None, check: bool = True,
-        timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run a command; a failure raises RuntimeError with its stderr (not a UserError)."""
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc
-
-
-def pid_alive(pid: int, marker: str) -> bool:
-    """True if `pid` runs and its command line mentions `marker` (guards against pid reuse)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return marker in cmdline
-
-
-def stop_pid(pid: int, marker: str, grace: float = 3.0) -> None:
-    """SIGTERM then SIGKILL a process we started (identified by `marker` in its command line)."""
-    if not pid_alive(pid, marker):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not pid_alive(pid, marker) or _zombie(pid):
-            return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return True
 
 
 @dataclass

@@ -46,3 +46,17 @@ def test_path_provider_specs(tmp_path: Path) -> None:
             path_provider(bad)
     with pytest.raises(UserError, match="neither a preset"):
         path_provider(f"topology:{tmp_path / 'missing.toml'}")
+
+
+def test_the_level_map_is_the_sdn_apps_and_must_have_the_levels_asked_for() -> None:
+    from leveller.controller.paths import level_map_for
+    from leveller.core.qos import default_level_map
+
+    class App:  # the one call the controller makes of the app for its map (sdn.client.SdnClient.levels)
+        def levels(self) -> dict:
+            return {"dscp": [0, 10, 18], "queue": [0, 1, 2]}
+
+    assert level_map_for(SdnPaths(App()), 3).dscp == (0, 10, 18)  # not the default 0, 8, 16
+    with pytest.raises(UserError, match="--levels 4: the SDN app is configured for 3 levels"):
+        level_map_for(SdnPaths(App()), 4)
+    assert level_map_for(SingleLinkPaths(), 2) == default_level_map(2)

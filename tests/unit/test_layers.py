@@ -8,6 +8,7 @@ one inside a function). Where the rest of the tree fits:
   codec        leveller.codec: the strict JSON decoder of every message, RPC and the SDN app's REST
                API alike (imports only model)
   locking      file locks under /run/leveller (agent, demo); imports only errors
+  procs        running and stopping the processes the project starts (testbed, demo); imports nothing
   jobs         the training-job side (emulator, hook, log-line and shift-file formats): the agent reads
                what jobs write, so jobs sits beside the agent and below it
   switchconfig vendor switch configurations: renders the SDN app's OVS rules (sdn.rules) and checks
@@ -31,20 +32,21 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = {"model"}
 FOUNDATION = BASE | {"errors", "codec"}
 PURE = FOUNDATION | {"core"}
-MIDDLE = PURE | {"jobs", "locking"}
+MIDDLE = PURE | {"jobs", "locking", "procs"}
 SERVICES = {"sim", "controller", "agent", "sdn", "testbed", "jobs", "switchconfig"}
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "errors": {"model"},
     "codec": {"model"},
     "locking": {"errors"},
+    "procs": set(),
     "core": {"model"},
     "jobs": {"model", "errors"},
     "sim": PURE | {"testbed"},  # testbed.topofile: topology files
     "controller": PURE | {"sdn", "testbed"},  # sdn.client for paths, testbed.topofile
     "agent": MIDDLE,
     "sdn": PURE,
-    "testbed": PURE | {"switchconfig"},  # switchconfig.ovs: queue arguments
+    "testbed": PURE | {"procs", "switchconfig"},  # switchconfig.ovs: queue arguments
     "switchconfig": PURE | {"sdn", "agent"},  # sdn.rules, agent.names
     "rpc": PURE | {"controller", "agent"},
     "bench": MIDDLE | SERVICES | {"rpc"},
