@@ -68,10 +68,16 @@ DSCP_FIELD = "flows_dscp"  # the report's bytes per flow and DSCP (Report.dscp_b
 # protocols a flow entry may name: the ones with ports, by name or number (the wire's own spellings)
 _PROTOS: dict[Any, int] = {**{PROTOCOL_NAMES[n]: n for n in PORT_PROTOCOLS}, **{n: n for n in PORT_PROTOCOLS}}
 _NAME = NAME_PATTERN
-_inet_pton = socket.inet_pton
+_inet_pton, _inet_ntop, _AF6 = socket.inet_pton, socket.inet_ntop, socket.AF_INET6
 _json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
 _obj, _list, _int, _num = check_object, check_list, check_int, check_number
+
+
+def _canonical6(text: str) -> bool:
+    """True if ``text`` is an IPv6 address written exactly as the model writes it (ipaddress's text, which
+    inet_ntop matches for every address it writes without a dotted quad); OSError / ValueError if it is none."""
+    return "." not in text and _inet_ntop(_AF6, _inet_pton(_AF6, text)) == text
 
 
 def check_version(msg: Mapping[str, Any]) -> None:
@@ -353,8 +359,12 @@ def _plain_report_flows(items: list[Any], jobs: set[str]) -> list[FlowReport] | 
             number = protos.get(proto)
             if number is None:
                 return None
-            pton(af, src)  # exactly the dotted quads ipaddress takes (no leading zeros, 4 parts)
-            pton(af, dst)
+            if ":" in src or ":" in dst:  # IPv6: canonical text only (any other goes to the full checks)
+                if not (":" in src and ":" in dst and _canonical6(src) and _canonical6(dst)):
+                    return None
+            else:
+                pton(af, src)  # exactly the dotted quads ipaddress takes (no leading zeros, 4 parts)
+                pton(af, dst)
             key = new(FlowKey, (src, dst, sport, dport, number))
             if key in seen:
                 return None
@@ -401,8 +411,12 @@ def _plain_flow(raw: Any, allowed: frozenset[str], names: frozenset[str] | set[s
     if number is None:
         return None
     try:  # inet_pton takes exactly the dotted quads ipaddress takes (no leading zeros, 4 parts)
-        _inet_pton(socket.AF_INET, src)
-        _inet_pton(socket.AF_INET, dst)
+        if ":" in src or ":" in dst:  # IPv6: canonical text only (any other goes to the full checks)
+            if not (":" in src and ":" in dst and _canonical6(src) and _canonical6(dst)):
+                return None
+        else:
+            _inet_pton(socket.AF_INET, src)
+            _inet_pton(socket.AF_INET, dst)
     except (OSError, ValueError):
         return None
     return FlowKey(src, dst, sport, dport, number)

@@ -182,3 +182,31 @@ def test_a_changed_level_is_encoded_anew_and_memory_is_bounded() -> None:
     for host in ("h2", "h3", "h4"):
         enc(host, first)
     assert sum(len(v[1]) for v in enc._hosts.values()) <= 600 and "h1" not in enc._hosts
+
+
+# ---- IPv6 flows (issue 13): any text form on the wire, one canonical key -------------------------------------
+
+def _v6_forms(n: int) -> st.SearchStrategy[str]:
+    import ipaddress
+
+    addr = ipaddress.IPv6Address(n)
+    return st.sampled_from([str(addr), addr.exploded, str(addr).upper(), addr.exploded.upper()])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(0, 2**128 - 1), st.integers(0, 2**128 - 1)), min_size=1, max_size=8,
+                unique_by=lambda t: t[0]), st.data())
+def test_ipv6_flows_decode_to_the_models_keys_on_every_path(pairs: list[tuple[int, int]], data: st.DataObject) -> None:
+    """The plain loop, the full checks and the memory path all give flow_key's canonical key, whatever the
+    address text (a non-canonical one never takes a short cut that would keep it)."""
+    texts = [(data.draw(_v6_forms(a)), data.draw(_v6_forms(b))) for a, b in pairs]
+    flows = [{"src": s, "dst": d, "sport": 1000 + i, "dport": 4791, "proto": "udp", "job": "j", "bytes": i}
+             for i, (s, d) in enumerate(texts)]
+    msg = {"v": 1, "host": "h6", "run": "ab" * 8, "seq": 1, "flows": flows,
+           "jobs": [{"job": "j", "iterations": 1, "start_time": 1.7e9, "recent": []}]}
+    want = [flow_key(s, d, 1000 + i, 4791, "udp") for i, (s, d) in enumerate(texts)]
+    assert [f.key for f in report_from_wire(decode(encode(msg))).flows] == want
+    decoder = ReportDecoder()
+    assert [f.key for f in decoder(encode(msg)).flows] == want
+    msg["seq"] = 2
+    assert [f.key for f in decoder(encode(msg)).flows] == want and decoder.fast == 1
