@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, check: bool = True,
@@ -50,3 +51,15 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except (OSError, IndexError):
         return True
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to a child we started if it still runs, give it ``grace`` seconds, then SIGKILL it;
+    the child is reaped either way."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -29,6 +29,7 @@ from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.flow import FlowKey, flow_key
+from leveller.procs import stop_process
 
 IPERF_PORT = 5201
 IPERF_CPORT = 40000
@@ -226,12 +227,7 @@ def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0, progress: Pro
             result.update_runs_ms["iptables_replace_rules"] = replace
             result.update_runs_ms["iptables_rewrite_chain"] = rewrite
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_process(server)
     result.elapsed_s = time.monotonic() - t_start
     return result
 

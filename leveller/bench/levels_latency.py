@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.procs import stop_process
 from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, frames, kernel_stamp
 
 PROBE_PORT = 5201
@@ -307,10 +308,4 @@ def _listening(ns: str, port: int) -> bool:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, grace=10, sig=signal.SIGINT)

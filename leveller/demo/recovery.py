@@ -32,7 +32,7 @@ from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, reco
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
 from leveller.demo.scenario import LINK_MBPS, plan
-from leveller.procs import run
+from leveller.procs import run, stop_process
 
 FLOOD_PORT = 5299
 # what the rest of h1's traffic keeps during the flood: a trickle that keeps j1's TCP ACK-clocked (no
@@ -116,13 +116,7 @@ class Flood:
             self._stop.set()
             self._thread.join(timeout=self.at_s + self.seconds + 10)
             for p in self._procs:
-                if p.poll() is None:
-                    p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                stop_process(p)
 
     def _run(self, t0: float) -> None:
         if self._stop.wait(max(0.0, t0 + self.at_s - time.time())):

@@ -84,8 +84,8 @@ def frame(flow: FlowKey, tos: int = 0) -> bytes:
     return eth + ip + struct.pack("!HHIIBBHHH", flow.sport, flow.dport, 0, 0, 5 << 4, 0, 0, 0, 0)  # TCP, 20 bytes
 
 
-def setup(topo_name="dumbbell", set_queue=True):
-    topo = preset(topo_name)
+def setup(topo_name="dumbbell", set_queue=True, topo=None):
+    topo = topo or preset(topo_name)
     ctl = PathController(topo, default_level_map(topo.levels), set_queue=set_queue)
     net = FakeFlowTable(topo)
     for s in topo.switches:
@@ -182,13 +182,7 @@ def frame6(flow: FlowKey, tclass: int = 0) -> bytes:
 def setup6():
     from leveller.core.topology import topology_from_dict
 
-    data = preset("leafspine").to_dict() | {"subnet6": "fd00:13::/64"}
-    topo = topology_from_dict(data)
-    ctl = PathController(topo, default_level_map(topo.levels), set_queue=True)
-    net = FakeFlowTable(topo)
-    for s in topo.switches:
-        net.apply(ctl.switch_connected(s.dpid, now=0.0))
-    return topo, ctl, net
+    return setup(topo=topology_from_dict(preset("leafspine").to_dict() | {"subnet6": "fd00:13::/64"}))
 
 
 def test_parse_flow_reads_ipv6_and_leaves_what_is_not_ip():
