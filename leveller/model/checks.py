@@ -104,11 +104,16 @@ def check_not_future(value: float, field: str, now: float) -> float:
 def check_job(job: JobReport, field: str) -> JobReport:
     """Every field of one job's report (``field`` is its path, e.g. ``jobs[2]``): the rules the controller
     applies to what it receives and the agent to what it sends. Returns the job with ``recent`` as tuples."""
-    check_name(job.job, f"{field}.job")
-    iterations = check_iterations(job.iterations, f"{field}.iterations")
-    start = check_time(job.start_time, f"{field}.start_time")
-    ideal = None if job.ideal_time is None else check_ideal_time(job.ideal_time, f"{field}.ideal_time")
-    items = job.recent
+    return job_report(job.job, job.iterations, job.start_time, job.ideal_time, job.recent, job.weight, field)
+
+
+def job_report(name: Any, iterations: Any, start_time: Any, ideal_time: Any, items: Any, weight: Any,
+               field: str) -> JobReport:
+    """The JobReport of these values, checked as ``check_job`` says (the wire builds jobs through this)."""
+    check_name(name, f"{field}.job")
+    iterations = check_iterations(iterations, f"{field}.iterations")
+    start = check_time(start_time, f"{field}.start_time")
+    ideal = None if ideal_time is None else check_ideal_time(ideal_time, f"{field}.ideal_time")
     if not isinstance(items, (list, tuple)):
         raise FieldError(f"{field}.recent", f"expected a list, got {type(items).__name__}")
     if len(items) > MAX_RECENT:
@@ -119,5 +124,5 @@ def check_job(job: JobReport, field: str) -> JobReport:
             raise FieldError(f"{field}.recent[{k}]", f"{pair!r} is invalid; [iteration, unix time]")
         recent.append((check_int(pair[0], f"{field}.recent[{k}][0]", 1, iterations),
                        check_time(pair[1], f"{field}.recent[{k}][1]", start)))
-    weight = None if job.weight is None else check_weight(job.weight, f"{field}.weight")
-    return JobReport(job.job, iterations, start, ideal, tuple(recent), weight)
+    weight = None if weight is None else check_weight(weight, f"{field}.weight")
+    return JobReport(name, iterations, start, ideal, tuple(recent), weight)

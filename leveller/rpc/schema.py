@@ -46,8 +46,9 @@ from collections import OrderedDict
 from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping
 
-from leveller.model.checks import (check_ideal_time, check_job, check_int, check_iterations, check_list, check_name,
-                                   check_not_future, check_number, check_object, check_time, check_weight)
+from leveller.model.checks import (check_ideal_time, check_int, check_iterations, check_list, check_name,
+                                   check_not_future, check_number, check_object, check_time, check_weight,
+                                   job_report)
 from leveller.model.errors import UserError
 from leveller.model.flow import PROTOCOL_NAMES, PORT_PROTOCOLS, FlowKey, flow_key
 from leveller.model.limits import (DSCP_MAX, MAX_COUNTER, MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, MAX_LEVELS,
@@ -121,8 +122,8 @@ def job_from_wire(raw: Any, f: str) -> JobReport:
     """Validate one entry of a report's ``jobs`` list (``f`` is its field path, e.g. ``jobs[2]``)."""
     _obj(raw, f, ("job", "iterations", "start_time"), ("ideal_time", "recent", "weight"))
     recent = _list(raw.get("recent", []), f"{f}.recent", MAX_RECENT)  # a JSON list (the model also takes tuples)
-    return check_job(JobReport(raw["job"], raw["iterations"], raw["start_time"], raw.get("ideal_time"),
-                               recent, raw.get("weight")), f)
+    return job_report(raw["job"], raw["iterations"], raw["start_time"], raw.get("ideal_time"), recent,
+                      raw.get("weight"), f)
 
 
 def report_to_wire(report: Report) -> dict[str, Any]:
