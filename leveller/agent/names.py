@@ -9,12 +9,12 @@ up in lock file names, so nothing here can leave the directory it is meant for.
 
 from __future__ import annotations
 
-import re
 
 from leveller.errors import UserError
+from leveller.model.limits import NETNS_PATTERN
 
 IFNAMSIZ = 16  # include/uapi/linux/if.h, with the terminating NUL
-_NETNS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NETNS = NETNS_PATTERN
 
 
 def check_ifname(name: object, option: str = "--dev") -> str:

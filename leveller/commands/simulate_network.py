@@ -47,9 +47,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from leveller.errors import UserError
-from leveller.model.limits import POLICIES as ALL
+from leveller.model.limits import MAX_LEVELS, POLICIES as ALL
 
-MAX_LEVELS = 8
 
 
 def parse_policies(text: str) -> list[str]:

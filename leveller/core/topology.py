@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from leveller.model.errors import UserError
+from leveller.model.limits import MAX_LEVELS
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,9}$")
 NAME_RULE = "1-10 chars: a lowercase letter, then lowercase letters, digits or '_'"
-MAX_LEVELS = 8
 PRESETS = ("dumbbell", "leafspine")
 DEFAULT_SUBNET = "10.0.0.0/24"
 

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
+from leveller.model.limits import NETNS_PATTERN
 
 PATTERNS = ("push", "ring")
 # TCP payload per frame on a 1500-byte MTU Ethernet link with TCP timestamps: 1448 of 1514 bytes
 TCP_PAYLOAD_SHARE = 1448 / 1514
 _RATE = re.compile(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(?:bit|bps|b/s)?(?:/s)?", re.I)
 _UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_NETNS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ def parse_worker(text: str) -> WorkerPlace:
     except ValueError:
         raise UserError(f"--worker {text!r}: {addr!r} is not an IP address (expected ADDR[@NETNS], "
                         "e.g. 10.0.0.1@h1 or 127.0.0.1)") from None
-    if netns and not _NETNS.fullmatch(netns):
-        raise UserError(f"--worker {text!r}: namespace {netns!r} is invalid (letters, digits, '_', '.', '-')")
+    if netns and (not NETNS_PATTERN.fullmatch(netns) or netns in (".", "..")):
+        raise UserError(f"--worker {text!r}: namespace {netns!r} is invalid (letters, digits, '_', '.', '-'; not . or ..)")
     return WorkerPlace(addr, netns or None)
 
 

@@ -22,6 +22,7 @@ MAX_COUNTER = 2**63 - 1  # byte counters, epochs, plans
 
 NAME_RULE = "1-64 characters from letters, digits, _ . : -"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # host and job names
+NETNS_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # network namespace names (and not "." or "..")
 
 POLICIES = ("fair", "crux", "leveller", "cassini")  # every policy leveller.core.policies builds
 PAPER_POLICIES = ("fair", "crux", "leveller")  # the three the paper's worked examples compare
