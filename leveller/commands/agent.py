@@ -66,7 +66,7 @@ import math
 import signal
 import socket
 import threading
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name

@@ -81,9 +81,8 @@ def flow_key(src: Any, dst: Any, sport: Any = 0, dport: Any = 0, proto: Any = "t
     if src_version != dst_version:
         raise UserError(f"flow: src = {src_text!r} and dst = {dst_text!r} are invalid together; "
                         "both IPv4 or both IPv6")
-    if isinstance(proto, str) and proto.lower() in PROTOCOLS:
-        proto_n = PROTOCOLS[proto.lower()]
-    else:
+    proto_n = PROTOCOLS.get(proto.lower()) if isinstance(proto, str) else None
+    if proto_n is None:
         proto_n = _integer(proto)
         if proto_n is None or not 0 <= proto_n <= 255:
             raise UserError(f"flow: proto = {proto!r} is invalid; tcp, udp, icmp or 0..255")
