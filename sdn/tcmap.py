@@ -32,10 +32,10 @@ def htb_present(dev: str) -> bool:
 def ensure_filters(dev: str, level_map: LevelMap) -> bool:
     """Install the DSCP classifier on `dev` unless exactly the expected number is there.
     Returns True when (re)installed, False when already fine or the port has no HTB yet."""
-    if not htb_present(dev) or installed_filters(dev) == level_map.levels:
+    if not htb_present(dev) or installed_filters(dev) == 2 * level_map.levels:  # IPv4 and IPv6 per level
         return False
     cmds = tc_dscp_filters(dev, level_map)
-    subprocess.run(cmds[0], capture_output=True)  # may find nothing to delete
+    subprocess.run(cmds[0], capture_output=True)  # flush; may find nothing to delete
     for argv in cmds[1:]:
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -106,13 +106,17 @@ def htb_classid(queue: int) -> str:
 
 
 def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:
-    """`tc` argv lists that classify IPv4 packets on `dev` into the HTB class of
-    their DSCP (for datapaths that ignore OpenFlow set_queue). DSCP values not
-    listed fall into HTB's default class, OVS queue 0. Filters use prio 1..K
-    so they can be replaced idempotently; the first argv removes old ones."""
-    cmds = [["tc", "filter", "del", "dev", dev, "parent", "1:", "protocol", "ip"]]
-    for i, (d, q) in enumerate(zip(level_map.dscp, level_map.queue)):
-        cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
-                     "prio", str(i + 1), "u32", "match", "ip", "dsfield", f"0x{d << 2:02x}", "0xfc",
-                     "flowid", htb_classid(q)])
+    """`tc` argv lists that classify IPv4 and IPv6 packets on `dev` into the HTB class
+    of their DSCP (for datapaths that ignore OpenFlow set_queue). DSCP values not
+    listed fall into HTB's default class, OVS queue 0. The first argv removes every
+    filter under the HTB root (a flush: no protocol or prio given), then IPv4 filters
+    take prio 1..K (argv 1..K, level order) and IPv6 ones (the traffic class byte)
+    prio K+1..2K."""
+    cmds = [["tc", "filter", "del", "dev", dev, "parent", "1:"]]
+    k = level_map.levels
+    for version, (proto, field), base in ((4, ("ip", "dsfield"), 0), (6, ("ip6", "priority"), k)):
+        for i, (d, q) in enumerate(zip(level_map.dscp, level_map.queue)):
+            cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip" if version == 4 else "ipv6",
+                         "prio", str(base + i + 1), "u32", "match", proto, field, f"0x{d << 2:02x}", "0xfc",
+                         "flowid", htb_classid(q)])
     return cmds

@@ -28,11 +28,15 @@ from leveller.core.topology import preset
 def test_tc_filters_for_two_levels() -> None:
     lm = LevelMap(dscp=(0, 46), queue=(0, 1))
     assert tc_dscp_filters("s1-p1", lm) == [
-        ["tc", "filter", "del", "dev", "s1-p1", "parent", "1:", "protocol", "ip"],
+        ["tc", "filter", "del", "dev", "s1-p1", "parent", "1:"],  # a flush (the kernel refuses one naming a protocol)
         ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
          "dsfield", "0x00", "0xfc", "flowid", "1:1"],
         ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "2", "u32", "match", "ip",
          "dsfield", "0xb8", "0xfc", "flowid", "1:2"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "3", "u32", "match",
+         "ip6", "priority", "0x00", "0xfc", "flowid", "1:1"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "4", "u32", "match",
+         "ip6", "priority", "0xb8", "0xfc", "flowid", "1:2"],
     ]
 
 

@@ -45,7 +45,8 @@ def test_higher_queue_has_higher_htb_priority():
 def test_tc_filters_map_each_dscp_to_its_htb_class():
     cmds = tc_dscp_filters("s1-p1", default_level_map(4))
     assert cmds[0][:3] == ["tc", "filter", "del"]
-    adds = {(c[c.index("dsfield") + 1], c[c.index("flowid") + 1]) for c in cmds[1:]}
-    # DSCP 24 (level 3) -> TOS 0x60 -> queue 3 -> class 1:4
-    assert adds == {("0x00", "1:1"), ("0x20", "1:2"), ("0x40", "1:3"), ("0x60", "1:4")}
+    for field, adds in (("dsfield", cmds[1:5]), ("priority", cmds[5:])):  # IPv4 TOS, IPv6 traffic class
+        # DSCP 24 (level 3) -> TOS 0x60 -> queue 3 -> class 1:4
+        assert {(c[c.index(field) + 1], c[c.index("flowid") + 1]) for c in adds} == \
+            {("0x00", "1:1"), ("0x20", "1:2"), ("0x40", "1:3"), ("0x60", "1:4")}
     assert htb_classid(10) == "1:b"

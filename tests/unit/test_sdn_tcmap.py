@@ -99,12 +99,12 @@ def test_installs_one_rule_per_level_on_a_port_that_lost_them(tc: FakeTc) -> Non
     tc.port("p1", htb=True, filters=1)  # e.g. OVS rebuilt the qdisc and one stale filter is left
     assert tcmap.ensure_filters("p1", LM) is True
     st = tc.state()
-    assert st["devs"]["p1"]["filters"] == [["1", "1:1"], ["2", "1:2"], ["3", "1:3"], ["4", "1:4"]]
-    assert st["calls"][-5][:2] == ["filter", "del"]  # old ones removed first: no duplicate rules
+    assert st["devs"]["p1"]["filters"] == [[str(p), f"1:{(p - 1) % 4 + 1}"] for p in range(1, 9)]  # IPv4, IPv6
+    assert st["calls"][-9][:2] == ["filter", "del"]  # old ones removed first: no duplicate rules
 
 
 def test_leaves_a_port_alone_when_it_is_fine_or_has_no_htb_yet(tc: FakeTc) -> None:
-    tc.port("ok", htb=True, filters=4)
+    tc.port("ok", htb=True, filters=8)
     tc.port("bare", htb=False)
     assert tcmap.ensure_filters("ok", LM) is False
     assert tcmap.ensure_filters("bare", LM) is False

@@ -147,7 +147,7 @@ def test_ovs_uses_the_testbeds_own_commands():
         assert any(testbed[i:i + len(body)] == body for i in range(len(testbed)))
     tc = [list(c.argv) for c in cmds if c.argv[0] == "tc"]
     assert tc == tc_dscp_filters("s1-p1", m) + tc_dscp_filters("s1-p2", m)  # what sdn/tcmap installs
-    assert [c.check for c in cmds if c.argv[0] == "tc"] == [False] + [True] * 4 + [False] + [True] * 4
+    assert [c.check for c in cmds if c.argv[0] == "tc"] == [False] + [True] * 8 + [False] + [True] * 8
 
 
 def test_ovs_queue_rows_give_higher_levels_smaller_htb_priority():

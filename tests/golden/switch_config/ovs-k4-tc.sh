@@ -16,8 +16,12 @@ ovs-vsctl -- set Port s1-p1 qos=@qos0 -- --id=@qos0 create QoS type=linux-htb ot
 # 2. DSCP -> queue: tc u32 classifiers on the HTB OVS created (the userspace datapath ignores
 #    set_queue); OVS rebuilds the qdisc when ovs-vswitchd restarts: `leveller sdn --queue-mode tc`
 #    re-adds them every second, else run this part again
-tc filter del dev s1-p1 parent 1: protocol ip 2>/dev/null || true
+tc filter del dev s1-p1 parent 1: 2>/dev/null || true
 tc filter add dev s1-p1 parent 1: protocol ip prio 1 u32 match ip dsfield 0x00 0xfc flowid 1:1
 tc filter add dev s1-p1 parent 1: protocol ip prio 2 u32 match ip dsfield 0x20 0xfc flowid 1:2
 tc filter add dev s1-p1 parent 1: protocol ip prio 3 u32 match ip dsfield 0x40 0xfc flowid 1:3
 tc filter add dev s1-p1 parent 1: protocol ip prio 4 u32 match ip dsfield 0x60 0xfc flowid 1:4
+tc filter add dev s1-p1 parent 1: protocol ipv6 prio 5 u32 match ip6 priority 0x00 0xfc flowid 1:1
+tc filter add dev s1-p1 parent 1: protocol ipv6 prio 6 u32 match ip6 priority 0x20 0xfc flowid 1:2
+tc filter add dev s1-p1 parent 1: protocol ipv6 prio 7 u32 match ip6 priority 0x40 0xfc flowid 1:3
+tc filter add dev s1-p1 parent 1: protocol ipv6 prio 8 u32 match ip6 priority 0x60 0xfc flowid 1:4
