@@ -67,14 +67,14 @@ def test_rendered_ovs_config_gives_strict_priority(bare_dumbbell):
             done = switch_netns_run(tb, cmd["argv"])
             assert done.returncode == 0, done.stderr
     table0 = switch_netns_run(tb, ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", "s1", "table=0"]).stdout
-    assert sorted(re.findall(r"nw_tos=(\d+) actions=set_queue:(\d)", table0)) == \
-        sorted((str(d << 2), str(q)) for d, q in zip(LEVELS.dscp, LEVELS.queue))
+    assert sorted(re.findall(r"(ipv6|ip),nw_tos=(\d+) actions=set_queue:(\d)", table0)) == \
+        sorted((ip, str(d << 2), str(q)) for d, q in zip(LEVELS.dscp, LEVELS.queue) for ip in ("ip", "ipv6"))
 
     script = switch_config("--ports", port, "--rate-mbps", str(BOTTLENECK), "--queue-mode", "tc")
     applied = switch_netns_run(tb, ["sh", "-c", script])
     assert applied.returncode == 0, applied.stderr
     assert switch_netns_run(tb, ["tc", "filter", "show", "dev", port, "parent", "1:"]).stdout.count("flowid") \
-        == LEVELS.levels
+        == 2 * LEVELS.levels  # IPv4 and IPv6 per level
 
     a, b = run_pair(tb, TOP, BOTTOM)
     print(f"rendered config applied: A top {a:.1f} B bottom {b:.1f} Mbit/s")

@@ -48,18 +48,18 @@ def send(p: object, family: int, dst: str, dscp: int) -> None:
 
 def test_ipv4_and_ipv6_packets_take_their_levels_class(pair: object) -> None:
     p, dev, level_map = pair, pair.if_a, default_level_map(LEVELS)  # type: ignore[attr-defined]
-    tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    tc(p, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
     for q in range(LEVELS):
-        tc("class", "add", "dev", dev, "parent", "1:", "classid", htb_classid(q), "htb", "rate", "1gbit")
+        tc(p, "class", "add", "dev", dev, "parent", "1:", "classid", htb_classid(q), "htb", "rate", "1gbit")
     for _ in range(2):  # twice: the second run must replace, not add
         first, *adds = tc_dscp_filters(dev, level_map)
-        tc(*first[1:], check=False)  # nothing to flush the first time
+        tc(p, *first[1:], check=False)  # nothing to flush the first time
         for argv in adds:
-            tc(*argv[1:])
-    assert tc("filter", "show", "dev", dev, "parent", "1:").count("flowid") == 2 * LEVELS
+            tc(p, *argv[1:])
+    assert tc(p, "filter", "show", "dev", dev, "parent", "1:").count("flowid") == 2 * LEVELS
     send(p, socket.AF_INET6, str(p.ip6_b), level_map.dscp[3])  # type: ignore[attr-defined]
     send(p, socket.AF_INET, str(p.ip_b), level_map.dscp[2])  # type: ignore[attr-defined]
-    stats = parse_class_stats(tc("-s", "class", "show", "dev", dev))
+    stats = parse_class_stats(tc(p, "-s", "class", "show", "dev", dev))
     assert stats[level_map.queue[3]]["packets"] >= PACKETS, stats  # the IPv6 datagrams (plus their ND, if any)
     assert stats[level_map.queue[2]]["packets"] >= PACKETS, stats  # the IPv4 datagrams
     assert stats[level_map.queue[1]]["packets"] == 0, stats  # nothing else was marked with level 1's DSCP
