@@ -114,7 +114,7 @@ def init(directory: Path, hosts: tuple[str, ...], controller_names: tuple[str, .
          now: dt.datetime | None = None) -> list[Issued]:
     """Make (or reuse) the CA in ``directory`` and issue the controller's, each host's and the admin's
     certificates; returns what was issued (the CA first)."""
-    from leveller.rpc.codec import SchemaError
+    from leveller.codec import SchemaError
     from leveller.rpc.schema import check_name
 
     for h in hosts:

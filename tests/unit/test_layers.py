@@ -9,6 +9,7 @@ one inside a function). Where the rest of the tree fits:
                API alike (imports only model)
   locking      file locks under /run/leveller (agent, demo); imports only errors
   procs        running and stopping the processes the project starts (testbed, demo); imports nothing
+  config       TOML files for the long-running commands' flags (read by commands only); imports errors
   jobs         the training-job side (emulator, hook, log-line and shift-file formats): the agent reads
                what jobs write, so jobs sits beside the agent and below it
   switchconfig vendor switch configurations: renders the SDN app's OVS rules (sdn.rules) and checks
@@ -40,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "codec": {"model"},
     "locking": {"errors"},
     "procs": set(),
+    "config": {"errors"},
     "core": {"model"},
     "jobs": {"model", "errors"},
     "sim": PURE | {"testbed"},  # testbed.topofile: topology files
@@ -51,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     "rpc": PURE | {"controller", "agent"},
     "bench": MIDDLE | SERVICES | {"rpc"},
     "demo": MIDDLE | SERVICES | {"rpc", "bench"},
-    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo"},
+    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config"},
     "cli": {"errors", "commands"},
 }
 NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess", "pathlib", "shutil",

@@ -20,7 +20,7 @@ from leveller.controller.shadow import ShadowLedger
 from leveller.core.paths import FlowKey
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
-from leveller.rpc.codec import SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, encode_reply, \
     reply_from_wire, reply_to_wire
 from leveller.rpc.transport import ControllerClient, serve
