@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim torch demo test test-unit bench mutants clean
+.PHONY: setup system venv shim torch demo lint test test-unit bench mutants clean
 
 setup: system venv shim
 
@@ -31,7 +31,13 @@ torch: venv
 demo: setup
 	$(VENV)/bin/leveller demo
 
-test: setup
+# Static checks: ruff (pycodestyle, pyflakes, import order, bugbear, pyupgrade) over the tree and
+# mypy (strict on leveller/core and leveller/model); configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: setup lint
 	$(PY) -m pytest -q -ra
 
 test-unit: venv
