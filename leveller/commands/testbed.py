@@ -4,13 +4,20 @@ userspace datapath when the kernel module is absent) with K strict-priority queu
 on every switch egress port.
 
   leveller testbed up --topology dumbbell            two switches, one 50 Mbit/s bottleneck
-  leveller testbed up --topology leafspine --sdn     3 leaves x 2 spines, and start the SDN app
+  leveller testbed up --topology leafspine           3 leaves x 2 spines
   leveller testbed up --topology my.toml --name lab  a topology file (see examples/topologies/)
-  leveller testbed status --json                     hosts (netns, ip, switch), switches, links
+  leveller testbed up --no-sdn                       switches only: no forwarding until an
+                                                     OpenFlow app connects (`leveller sdn`)
+  leveller testbed status --json                     hosts (netns, ip, switch), switches, links,
+                                                     whether forwarding is on
   leveller testbed down                              remove everything `up` made (safe twice)
 
-`up` on a testbed that is already up with the same topology restarts any dead
-OVS daemon and reuses it; with a different topology it refuses.
+`up` also starts the SDN app (`leveller sdn`) in the background and returns once
+every switch is connected and has its flows, so hosts reach each other; `down`
+stops it. The switches are fail-secure: without the app they drop every packet,
+and `status` says so. `up` on a testbed that is already up with the same topology
+restarts any dead OVS daemon or SDN app and reuses it; with a different topology
+it refuses.
 Run commands on a host with: ip netns exec lvtb-<name>-<host> <command>.
 """
 
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+
+from leveller.errors import UserError
 
 DEFAULT_NAME = "leveller"
 
@@ -37,9 +46,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            help="preset (dumbbell, leafspine) or TOML file (default dumbbell)")
             p.add_argument("--datapath", choices=("netdev", "system"), default=None,
                            help="OVS datapath (default: system if the openvswitch module is loaded, else netdev)")
-            p.add_argument("--sdn", action="store_true", help="also start `leveller sdn` for it in the background")
+            p.add_argument("--sdn", action=argparse.BooleanOptionalAction, default=True,
+                           help="start `leveller sdn` for it in the background (default); --no-sdn leaves "
+                           "the switches without forwarding, to attach another OpenFlow app")
             p.add_argument("--api-port", type=int, default=0,
-                           help="with --sdn: port of the app's HTTP API on 127.0.0.1 (default: any free port)")
+                           help="port of the SDN app's HTTP API on 127.0.0.1 (default: any free port)")
         if action in ("up", "status"):
             p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=run)
@@ -60,12 +71,21 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         from leveller.testbed.topofile import load_topology
 
+        from leveller.testbed.state import load_state
+
         topo = load_topology(args.topology)
+        fresh = load_state(tb.run_dir) is None
         with console.status("building") as st:
             tb = Testbed.up(topo, args.name, args.run_dir, args.datapath, progress=lambda m: st.update(m))
             if args.sdn:
-                st.update("starting the SDN app")
-                tb.start_sdn(api_port=args.api_port)
+                st.update("starting the SDN app and waiting for its flows")
+                try:
+                    tb.start_sdn(api_port=args.api_port, wait_forwarding=True)
+                except RuntimeError as exc:
+                    if fresh:  # nothing half-built stays behind
+                        st.update("the SDN app failed: removing the testbed")
+                        tb.down()
+                    raise UserError(f"{exc}{'; the testbed was removed' if fresh else ''}") from None
     status = tb.status()
     if getattr(args, "json", False):
         print(json.dumps(status, indent=1))
@@ -78,4 +98,9 @@ def run(args: argparse.Namespace) -> int:
     for link in status["links"]:
         console.print(f"  link {link['a']}-{link['b']} {link['rate_mbps']:g} Mbit/s")
     console.print("  processes: " + ", ".join(f"{k} {'up' if v else 'down'}" for k, v in status["processes"].items()))
+    fwd = status["forwarding"]
+    if fwd["on"]:
+        console.print(f"  forwarding: on ({fwd['reason']})")
+    else:
+        console.print(f"  [bold red]forwarding: OFF[/] - {fwd['reason']}", highlight=False)
     return 0

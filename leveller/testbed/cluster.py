@@ -95,7 +95,40 @@ class Testbed:
             "links": [{"a": l.a, "b": l.b, "rate_mbps": l.rate_mbps} for l in topo.links],
             "processes": {d: ovs.alive(d) for d in ("ovsdb-server", "ovs-vswitchd")}
             | {"sdn": bool(state.sdn_pid and pid_alive(state.sdn_pid, str(self.run_dir)))},
+            "forwarding": self.forwarding(),
         }
+
+    def forwarding(self) -> dict[str, Any]:
+        """Whether the switches forward: every bridge is fail-secure, so it drops every packet
+        until an OpenFlow controller (the SDN app) is connected and has installed flows.
+        {"on": bool, "reason": str, "switches": {name: {"connected": bool | None, "flows": int | None}}};
+        None where Open vSwitch could not be asked (its daemons are down)."""
+        state = self.state
+        ovs = OvsInstance(self.run_dir / "ovs", state.switch_netns)
+        names = [s.name for s in topology_from_dict(state.topology).switches]
+        switches: dict[str, dict[str, Any]] = {n: {"connected": None, "flows": None} for n in names}
+        if not (ovs.alive("ovsdb-server") and ovs.alive("ovs-vswitchd")):
+            return {"on": False, "reason": "Open vSwitch is not running (`leveller testbed up` restarts it)",
+                    "switches": switches}
+        connected = _controllers_connected(ovs)
+        for n in names:
+            switches[n]["connected"] = connected.get(n, False)
+            try:
+                switches[n]["flows"] = int(ovs.ofctl(n, "dump-aggregate").split("flow_count=")[1].split()[0])
+            except (RuntimeError, IndexError, ValueError):
+                pass
+        off_line = [n for n, s in switches.items() if not s["connected"]]
+        no_flows = [n for n, s in switches.items() if not s["flows"]]
+        if len(off_line) == len(names):
+            reason = ("no SDN app attached: the switches drop every packet (start it with "
+                      f"`leveller testbed up --name {self.name}`)")
+        elif off_line:
+            reason = f"switches without the SDN app: {', '.join(off_line)}"
+        elif no_flows:
+            reason = f"no flows installed on {', '.join(no_flows)}"
+        else:
+            reason = f"SDN app attached to all {len(names)} switches"
+        return {"on": not off_line and not no_flows, "reason": reason, "switches": switches}
 
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -172,11 +205,15 @@ class Testbed:
         return True
 
     # ---- SDN app as a managed process ------------------------------------------------------
-    def start_sdn(self, api_port: int = 0, timeout: float = 30.0, extra: list[str] | None = None) -> int:
+    def start_sdn(self, api_port: int = 0, timeout: float = 30.0, extra: list[str] | None = None,
+                  wait_forwarding: bool = False) -> int:
         """Start `leveller sdn` for this testbed in the background (recorded for `down`);
-        wait until its API answers. Returns the pid."""
+        wait until its API answers (and with `wait_forwarding`, until every switch is
+        connected and has flows). Returns the pid."""
         state = self.state
         if state.sdn_pid and pid_alive(state.sdn_pid, str(self.run_dir)):
+            if wait_forwarding:
+                self._wait_forwarding(time.monotonic() + timeout)
             return state.sdn_pid
         info = self.run_dir / "sdn.json"
         info.unlink(missing_ok=True)
@@ -193,9 +230,21 @@ class Testbed:
             if proc.poll() is not None:
                 raise RuntimeError(f"leveller sdn exited ({proc.returncode}); see {self.run_dir / 'sdn.log'}")
             if info.exists():
+                if wait_forwarding:
+                    self._wait_forwarding(deadline)
                 return proc.pid
             time.sleep(0.1)
         raise RuntimeError(f"leveller sdn did not start in {timeout} s; see {self.run_dir / 'sdn.log'}")
+
+    def _wait_forwarding(self, deadline: float) -> None:
+        while True:
+            fwd = self.forwarding()
+            if fwd["on"]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the SDN app runs but forwarding is off ({fwd['reason']}); "
+                                   f"see {self.run_dir / 'sdn.log'}")
+            time.sleep(0.2)
 
     def stop_sdn(self) -> None:
         state = self.state
@@ -209,6 +258,20 @@ class Testbed:
 
     def __exit__(self, *exc: object) -> None:
         self.down()
+
+
+def _controllers_connected(ovs: OvsInstance) -> dict[str, bool]:
+    """Bridge name -> whether its OpenFlow controller connection is up (from OVSDB)."""
+    def rows(table: str, columns: str) -> list[list[Any]]:
+        out = json.loads(ovs.vsctl("--format=json", "--data=json", f"--columns={columns}", "list", table))
+        return list(out["data"])
+
+    connected = {uuid[1]: flag is True for uuid, flag in rows("Controller", "_uuid,is_connected")}
+    result = {}
+    for name, ctl in rows("Bridge", "name,controller"):
+        uuids = [ctl[1]] if ctl[0] == "uuid" else [u[1] for u in ctl[1]]  # one uuid, or a set of them
+        result[name] = bool(uuids) and all(connected.get(u, False) for u in uuids)
+    return result
 
 
 def _rmdir_base(run_dir: Path) -> None:

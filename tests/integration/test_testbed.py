@@ -14,6 +14,7 @@ import pytest
 
 from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
+from tests.integration.support import wait_listening
 
 pytestmark = pytest.mark.privileged
 LEVELLER = [sys.executable, "-m", "leveller.cli"]
@@ -62,8 +63,9 @@ def names(tmp_path):
 def test_up_builds_queues_and_down_removes_everything(names):
     name, run_dir = names
     before = snapshot_system_dirs()
+    # the default `up` starts the SDN app and returns once the switches forward
     out = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,
-                          "--run-dir", str(run_dir), "--sdn", "--json"], capture_output=True, text=True, check=True).stdout
+                          "--run-dir", str(run_dir), "--json"], capture_output=True, text=True, check=True).stdout
     status = json.loads(out)
     assert set(status["hosts"]) == {"h1", "h2", "h3", "h4"}
     assert status["hosts"]["h3"] == {**status["hosts"]["h3"], "ip": "10.0.0.3", "switch": "s2",
@@ -71,6 +73,21 @@ def test_up_builds_queues_and_down_removes_everything(names):
     assert status["switches"] == ["s1", "s2"]
     assert {"a": "s1", "b": "s2", "rate_mbps": 50.0} in status["links"]
     assert all(status["processes"][d] for d in ("ovsdb-server", "ovs-vswitchd", "sdn"))
+    assert status["forwarding"]["on"] is True
+    assert all(s["connected"] and s["flows"] > 0 for s in status["forwarding"]["switches"].values())
+    # hosts on different switches reach each other over the bottleneck: ping, and TCP both ways
+    tb = Testbed(name, run_dir)
+    assert subprocess.run(tb.exec_argv("h1", ["ping", "-c", "1", "-W", "5", "10.0.0.3"]),
+                          capture_output=True).returncode == 0
+    echo = "import socket; c, _ = socket.create_server(('0.0.0.0', 5001)).accept(); c.sendall(c.recv(64).upper())"
+    with subprocess.Popen(tb.exec_argv("h3", [sys.executable, "-c", echo])) as server:
+        wait_listening(tb, "h3", 5001)
+        ask = "import socket; c = socket.create_connection(('10.0.0.3', 5001), timeout=10); c.sendall(b'hi'); " \
+              "print(c.recv(64).decode())"
+        reply = subprocess.run(tb.exec_argv("h1", [sys.executable, "-c", ask]), capture_output=True, text=True,
+                               timeout=30)
+        assert reply.stdout.strip() == "HI", reply.stderr
+        server.wait(timeout=10)
     # 4 strict-priority HTB classes on the bottleneck port, highest queue served first, 50 Mbit/s ceiling
     tc = subprocess.run(["ip", "netns", "exec", f"lvtb-{name}-sw", "tc", "class", "show", "dev", "s1-p1"],
                         capture_output=True, text=True, check=True).stdout
@@ -78,10 +95,12 @@ def test_up_builds_queues_and_down_removes_everything(names):
     assert set(classes) == {"1:1", "1:2", "1:3", "1:4"}
     assert "prio 0" in classes["1:4"] and "prio 3" in classes["1:1"]
     assert all("ceil 50Mbit" in line for line in classes.values())
-    # a second `up` with the same topology reuses it; with another one it refuses
+    # a second `up` with the same topology reuses it (`--sdn`, the old opt-in, is still accepted);
+    # with another topology it refuses
     again = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,
-                            "--run-dir", str(run_dir)], capture_output=True, text=True)
+                            "--run-dir", str(run_dir), "--sdn"], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
+    assert "forwarding: on" in again.stdout
     other = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "leafspine", "--name", name,
                             "--run-dir", str(run_dir)], capture_output=True, text=True)
     assert other.returncode == 2 and "already exists" in other.stderr
@@ -91,6 +110,23 @@ def test_up_builds_queues_and_down_removes_everything(names):
                        capture_output=True)
         assert_gone(name, run_dir)
     assert snapshot_system_dirs() == before
+
+
+def test_no_sdn_leaves_forwarding_off_and_status_says_so(names):
+    name, run_dir = names
+    subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name, "--run-dir", str(run_dir),
+                    "--no-sdn", "--json"], capture_output=True, check=True)
+    status = subprocess.run([*LEVELLER, "testbed", "status", "--name", name, "--run-dir", str(run_dir)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "forwarding: OFF" in status and "no SDN app attached" in status, status
+    fwd = json.loads(subprocess.run([*LEVELLER, "testbed", "status", "--name", name, "--run-dir", str(run_dir),
+                                     "--json"], capture_output=True, text=True, check=True).stdout)["forwarding"]
+    assert fwd["on"] is False
+    assert fwd["switches"] == {"s1": {"connected": False, "flows": 0}, "s2": {"connected": False, "flows": 0}}
+    # and indeed: fail-secure switches drop the packets
+    tb = Testbed(name, run_dir)
+    assert subprocess.run(tb.exec_argv("h1", ["ping", "-c", "1", "-W", "1", "10.0.0.3"]),
+                          capture_output=True).returncode != 0
 
 
 def test_down_after_a_crashed_up(names):
