@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from leveller.errors import UserError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from leveller.errors import UserError
 

@@ -32,7 +32,8 @@ asking before the flow starts gives the path it will take.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from leveller.core.paths import flow_from_mapping

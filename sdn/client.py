@@ -17,7 +17,7 @@ class SdnClient:
         self.token = token  # bearer token of an app bound beyond loopback (sdn.token)
 
     @classmethod
-    def for_run_dir(cls, run_dir: Path | str) -> "SdnClient":
+    def for_run_dir(cls, run_dir: Path | str) -> SdnClient:
         """Client for the app started for a testbed (it writes RUN_DIR/sdn.json)."""
         info = json.loads((Path(run_dir) / "sdn.json").read_text())
         token = Path(info["token_file"]).read_bytes().strip() if info.get("token_file") else None

@@ -27,8 +27,9 @@ import json
 import logging
 import re
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import eventlet
 from eventlet import greenio, wsgi

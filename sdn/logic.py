@@ -17,7 +17,7 @@ from leveller.core.paths import Path, Router, choose_path, graph
 from leveller.model.flow import FlowKey, flow_key
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
-from sdn.rules import Msg, PacketOut, DeleteFlows, path_rules, switch_setup
+from sdn.rules import DeleteFlows, Msg, PacketOut, path_rules, switch_setup
 
 
 def parse_flow(frame: bytes) -> FlowKey | None:

@@ -23,10 +23,10 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
         info_file: Path | None = None, idle_timeout: int = 60, api_limits: Any = None,
         api_token: bytes | None = None, api_token_file: str | None = None) -> None:
     """Run the app until killed."""
-    from os_ken.base import app_manager  # first: registers --ofp-* options, monkey-patches
-    from os_ken import cfg
-    from os_ken.lib import hub
     import eventlet
+    from os_ken import cfg
+    from os_ken.base import app_manager  # first: registers --ofp-* options, monkey-patches
+    from os_ken.lib import hub
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = eventlet.listen((api_host, api_port), backlog=1024)  # bursts of clients queue instead of SYN retries

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from leveller.errors import UserError
 

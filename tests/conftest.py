@@ -36,7 +36,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
 @pytest.fixture(scope="session")
 def shim_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The RDMA shim (shim/build), the FAKE verbs provider and the test programs, built once per session."""
-    from leveller.bench.shim import BuildError, build_all  # noqa: PLC0415
+    from leveller.bench.shim import BuildError, build_all
 
     try:
         return build_all(tmp_path_factory.mktemp("shim-build"))

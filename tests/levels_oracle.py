@@ -8,7 +8,7 @@ leave; the graph is re-split; the last level holds every remaining flow.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import networkx as nx
 
@@ -31,7 +31,7 @@ def contention_graph(flows: Mapping[str, Flow]) -> nx.Graph:
     return graph
 
 
-def oracle_levels(order: Optional[Sequence[str]], flows: Mapping[str, Flow], k: int) -> dict[str, int]:
+def oracle_levels(order: Sequence[str] | None, flows: Mapping[str, Flow], k: int) -> dict[str, int]:
     """Map every flow to a level in [0, k-1] given a job order (highest priority first) or None."""
     if k < 1:
         raise ValueError(f"number of levels K must be >= 1, got {k!r}")

@@ -5,8 +5,8 @@ Plots are checked by content (the area of each series' colour), not by their fil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

@@ -15,8 +15,8 @@ neither create nor remove anything elsewhere.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from leveller.agent.names import check_ifname, check_netns
 from leveller.errors import UserError
@@ -39,7 +39,7 @@ def lock_path(dev: str, netns: str | None, lock_dir: Path = LOCK_DIR) -> Path:
 @contextlib.contextmanager
 def claim_device(dev: str, netns: str | None = None, lock_dir: Path = LOCK_DIR) -> Iterator[int]:
     """Hold the interface for this agent; yields how many stale leveller filters were removed."""
-    from leveller.agent.datapath import cleanup_stale  # noqa: PLC0415 (needs pyroute2)
+    from leveller.agent.datapath import cleanup_stale
 
     path = lock_path(dev, netns, lock_dir)  # checks the names before anything touches a file
     where = dev + (f" in netns {netns}" if netns else "")

@@ -388,7 +388,7 @@ def has_clsact(ifname: str, netns: str | None = None) -> bool:
 
 # ---- pyroute2 helpers -----------------------------------------------------
 def _iproute(netns: str | None) -> Any:
-    from pyroute2 import IPRoute, NetNS  # noqa: PLC0415
+    from pyroute2 import IPRoute, NetNS
 
     if netns is None:
         return IPRoute()

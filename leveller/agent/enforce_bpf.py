@@ -8,7 +8,8 @@ record arrays handed to one batched bpf() call.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

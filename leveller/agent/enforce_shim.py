@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from leveller.agent.reports import FlowSample
 from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, \

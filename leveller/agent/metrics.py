@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as PromCounter
 
 LOG = logging.getLogger("leveller.agent")
 LOG_EVERY_S = 10.0  # per field: the first rejection is logged at once, then one summary per interval

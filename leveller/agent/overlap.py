@@ -12,7 +12,7 @@ of a job counts. Pure: lines and times in, levels out.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from leveller.core.overlap import effective_level
 from leveller.model.flow import FlowKey

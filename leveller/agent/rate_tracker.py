@@ -25,8 +25,8 @@ import os
 import re
 import stat
 from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from leveller.core.rate import progress_rate
 from leveller.errors import UserError

@@ -15,8 +15,9 @@ limits. One bad job never costs the host its other jobs.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from leveller.agent.rate_tracker import JobProgress
 from leveller.model.flow import FlowKey

@@ -36,8 +36,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from leveller.agent.lease import Lease
 from leveller.agent.metrics import AgentMetrics, Rejections

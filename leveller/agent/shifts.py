@@ -10,8 +10,8 @@ iteration starts. The files are removed when the agent stops.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from leveller.errors import UserError
 from leveller.jobs.control import ShiftOrder, shift_path, write_shift

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from leveller.errors import UserError
 

@@ -48,7 +48,7 @@ MAP_ENTRIES = 10000
 def _reports(workload: Any, now: float, hosts: dict[str, list[Any]]) -> list[Any]:
     """One Report per host: its flows and their jobs, with iterations giving each job its rate R
     (ideal time 1 s, started 100 s ago)."""
-    from leveller.rpc.schema import FlowReport, JobReport, Report  # noqa: PLC0415
+    from leveller.rpc.schema import FlowReport, JobReport, Report
 
     out = []
     for host, flows in hosts.items():
@@ -61,11 +61,11 @@ def _reports(workload: Any, now: float, hosts: dict[str, list[Any]]) -> list[Any
 def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
     """decide_ms (median of ``runs`` warm steps), first_ms (the step that routes every flow),
     rss_mb (peak of this process) and jobs, for the generated cluster with ``flows`` flows."""
-    from leveller.bench.workload import generate  # noqa: PLC0415
-    from leveller.controller.paths import TopologyPaths  # noqa: PLC0415
-    from leveller.controller.service import Controller  # noqa: PLC0415
-    from leveller.core.policies import make_policy  # noqa: PLC0415
-    from leveller.core.qos import default_level_map  # noqa: PLC0415
+    from leveller.bench.workload import generate
+    from leveller.controller.paths import TopologyPaths
+    from leveller.controller.service import Controller
+    from leveller.core.policies import make_policy
+    from leveller.core.qos import default_level_map
 
     workload = generate(flows, seed)
     now = time.time()
@@ -91,7 +91,7 @@ def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
 def _decide_child(flows: int, seed: int, runs: int, conn: Any) -> None:
     try:
         conn.send(("ok", decide_figures(flows, seed, runs)))
-    except BaseException as exc:  # noqa: BLE001 (reported to the parent)
+    except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
@@ -152,7 +152,7 @@ class AgentsResult:
 
 def _agent_flows(count: int, per_agent: int, seed: int) -> list[list[tuple[Any, str]]]:
     """The generated cluster's flows cut into ``count`` agents of ``per_agent`` flows, by sending NIC."""
-    from leveller.bench.workload import generate  # noqa: PLC0415
+    from leveller.bench.workload import generate
 
     flows = sorted(generate(count * per_agent, seed).flows, key=lambda kf: (kf[0].src, kf[0]))
     return [flows[i * per_agent:(i + 1) * per_agent] for i in range(count)]
@@ -161,14 +161,14 @@ def _agent_flows(count: int, per_agent: int, seed: int) -> list[list[tuple[Any, 
 def _agents_child(address: str, indices: list[int], count: int, per_agent: int, seed: int, start_at: float,
                   tau_s: float, until: float, conn: Any) -> None:
     try:
-        from leveller.bench.workload import generate  # noqa: PLC0415
+        from leveller.bench.workload import generate
 
         rates = generate(1, seed).rates
         flows = _agent_flows(count, per_agent, seed)
         out = asyncio.run(_agents_main(address, [(i, flows[i]) for i in indices], rates, count, start_at,
                                        tau_s, until))
         conn.send(("ok", out))
-    except BaseException as exc:  # noqa: BLE001 (reported to the parent)
+    except BaseException as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
@@ -176,7 +176,7 @@ def _agents_child(address: str, indices: list[int], count: int, per_agent: int, 
 
 async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str]]]], rates: dict[str, float],
                        count: int, start_at: float, tau_s: float, until: float) -> dict[str, Any]:
-    import grpc  # noqa: PLC0415
+    import grpc
 
     from leveller.rpc import auth  # noqa: PLC0415
     from leveller.codec import decode, encode  # noqa: PLC0415
@@ -260,12 +260,12 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
                    processes: int = 2, seed: int = 1, warmup_s: float | None = None,
                    progress: Progress | None = None) -> AgentsResult:
     """Run the agents scenario (see the module doc); everything it starts ends with it."""
-    from leveller.bench.workload import generate  # noqa: PLC0415
-    from leveller.controller.paths import TopologyPaths  # noqa: PLC0415
-    from leveller.controller.service import Controller  # noqa: PLC0415
-    from leveller.core.policies import make_policy  # noqa: PLC0415
-    from leveller.core.qos import default_level_map  # noqa: PLC0415
-    from leveller.rpc.transport import serve  # noqa: PLC0415
+    from leveller.bench.workload import generate
+    from leveller.controller.paths import TopologyPaths
+    from leveller.controller.service import Controller
+    from leveller.core.policies import make_policy
+    from leveller.core.qos import default_level_map
+    from leveller.rpc.transport import serve
 
     say = progress or (lambda _msg: None)
     _raise_fd_limit(2 * count + 256)
@@ -356,7 +356,7 @@ def _step_loop(ctl: Any, first_tick: float, tau_s: float, until: float, stop: th
         begin = time.time()
         try:
             ctl.step(begin)
-        except Exception:  # noqa: BLE001 (a failed step still took its time)
+        except Exception:
             pass
         out.append((tick, begin, time.time()))
         tick += tau_s

@@ -151,8 +151,8 @@ def _iperf(pair: Any, seconds: float) -> float:
 
 def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0, progress: Progress | None = None) -> DatapathBenchResult:
     """Run the whole benchmark; see the module docstring."""
-    from leveller.agent.datapath import Datapath  # noqa: PLC0415 (bcc)
-    from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+    from leveller.agent.datapath import Datapath
+    from leveller.testbed.vethpair import VethPair
 
     if isinstance(flows, bool) or not isinstance(flows, int) or not 1 <= flows <= MAX_FLOWS:
         raise UserError(f"--flows={flows!r}: allowed is an integer in 1..{MAX_FLOWS}")

@@ -106,7 +106,7 @@ class WireWatch:
     with the controller whose latency is being measured."""
 
     def __init__(self, ns: str, ifname: str, src: str, dport: int, proto: int = socket.IPPROTO_UDP) -> None:
-        from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+        from leveller.testbed.vethpair import VethPair
 
         self.src, self.dport, self.proto = socket.inet_aton(src), dport, proto
         self.sock = VethPair.socket(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
@@ -123,7 +123,7 @@ class WireWatch:
                                                                  daemon=True)
         self._thread = threading.Thread(target=self._collect, name="wirewatch", daemon=True)
 
-    def __enter__(self) -> "WireWatch":
+    def __enter__(self) -> WireWatch:
         self._proc.start()  # fork: before any gRPC thread exists in this process
         self._send.close()
         self.sock.close()  # the child holds the capture socket now
@@ -189,7 +189,7 @@ class _Log:
     """The agent's job log: one leveller-iter line per iteration bump."""
 
     def __init__(self, path: Path, start: float) -> None:
-        from leveller.jobs.logline import format_line  # noqa: PLC0415
+        from leveller.jobs.logline import format_line
 
         self.path, self.fmt = path, format_line
         self.iters = {"probe": 0, "other": 0}
@@ -216,12 +216,12 @@ def _wait(cond: Callable[[], Any], timeout_s: float, what: str, step_s: float = 
 def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, seed: int = 1,
         progress: Progress | None = None) -> LatencyResult:
     """Measure ``samples`` decision -> wire latencies (see module doc)."""
-    from leveller.controller.paths import SingleLinkPaths  # noqa: PLC0415
-    from leveller.controller.service import Controller  # noqa: PLC0415
-    from leveller.core.policies import make_policy  # noqa: PLC0415
-    from leveller.core.qos import default_level_map  # noqa: PLC0415
-    from leveller.rpc.transport import serve  # noqa: PLC0415
-    from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+    from leveller.controller.paths import SingleLinkPaths
+    from leveller.controller.service import Controller
+    from leveller.core.policies import make_policy
+    from leveller.core.qos import default_level_map
+    from leveller.rpc.transport import serve
+    from leveller.testbed.vethpair import VethPair
 
     check_tools()
     say = progress or (lambda msg: None)

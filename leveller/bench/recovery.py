@@ -22,10 +22,10 @@ Pure functions over end times, plus the simulator driver (leveller.sim.link).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 Ends = Sequence[float]  # iteration end times of one job, increasing
 
@@ -34,8 +34,8 @@ Ends = Sequence[float]  # iteration end times of one job, increasing
 class RateMode:
     """Which R the policy ranks by: cumulative (both None), over a window, or decayed."""
 
-    window_s: Optional[float] = None
-    half_life_s: Optional[float] = None
+    window_s: float | None = None
+    half_life_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -64,7 +64,7 @@ class Trace:
     ends: dict[str, list[float]]
     starts: dict[str, float]
     ideal: dict[str, float]
-    disturbance: "Disturbance"
+    disturbance: Disturbance
     horizon_s: float
 
     def min_rate(self, a: float, b: float) -> float:
@@ -74,13 +74,13 @@ class Trace:
 @dataclass(frozen=True)
 class RecoveryFigures:
     mode: str
-    window_s: Optional[float]
-    half_life_s: Optional[float]
+    window_s: float | None
+    half_life_s: float | None
     steady_min: float
-    recovery_s: Optional[float]
+    recovery_s: float | None
     dip_min: float  # lowest min R(t) once the measurement window no longer covers the disturbance
     final_min: float
-    trace: Optional[Trace] = field(default=None, repr=False, compare=False)
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -183,7 +183,7 @@ class SimSetup:
     horizon_s: float
     warmup_s: float
     tau_s: Fraction = Fraction(0)
-    levels: Optional[int] = None
+    levels: int | None = None
 
 
 def simulate_recovery(setup: SimSetup, modes: Sequence[RateMode], measure_s: float = 10.0,

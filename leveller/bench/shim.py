@@ -16,9 +16,10 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from leveller.errors import UserError
 
@@ -127,7 +128,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 def run(changes: int, mode: str, window: int, size: int,
         progress: Callable[[str], None] = lambda _msg: None) -> dict[str, Any]:
     """Measure resurrection pauses; returns the JSON-able result."""
-    from leveller.agent.shim_control import ShimClient  # noqa: PLC0415
+    from leveller.agent.shim_control import ShimClient
 
     with tempfile.TemporaryDirectory(prefix="leveller-bench-shim-") as tmp:
         tmpdir = Path(tmp)

@@ -86,7 +86,7 @@ def handle(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UserError("bench controller needs root (the map_update part loads the BPF program)")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
     if args.json:
         res = _run(args, lambda _msg: None)
@@ -99,7 +99,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
-    from leveller.bench import controller_scale as cs  # noqa: PLC0415
+    from leveller.bench import controller_scale as cs
 
     levels, detail = {}, {}
     for n in args.flows:
@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
 
 
 def _write_levels(path: str, flows: int, seed: int) -> int:
-    from leveller.bench.workload import generate, levels_input  # noqa: PLC0415
+    from leveller.bench.workload import generate, levels_input
 
     try:
         with open(path, "w") as f:
@@ -131,8 +131,8 @@ def _write_levels(path: str, flows: int, seed: int) -> int:
 
 
 def _print(res: dict[str, Any]) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.console import Console
+    from rich.table import Table
 
     out = Console(file=sys.stdout)
     t = Table(title="one controller decision (rank + topology paths + prune), K = 8")

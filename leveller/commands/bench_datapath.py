@@ -44,9 +44,9 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--seconds={args.seconds}: allowed is 1..30")
     if os.geteuid() != 0:
         raise UserError("bench datapath needs root (network namespaces, BPF, iptables)")
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
-    from leveller.bench import datapath  # noqa: PLC0415
+    from leveller.bench import datapath
 
     err = Console(stderr=True)
     if args.json:
@@ -60,8 +60,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _print_tables(res: dict) -> None:  # type: ignore[type-arg]
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.console import Console
+    from rich.table import Table
 
     out = Console(file=sys.stdout)
     tp = res["throughput_gbps"]

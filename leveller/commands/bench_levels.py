@@ -48,9 +48,9 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--report-interval={args.report_interval}: allowed is 0.05..10 seconds")
     # gRPC logs an INFO line about fork() each time a subprocess starts next to its threads
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
-    from leveller.bench import levels_latency  # noqa: PLC0415
+    from leveller.bench import levels_latency
 
     levels_latency.check_tools()
     kwargs = dict(samples=args.samples, report_interval_s=args.report_interval, push=not args.no_push,

@@ -45,13 +45,13 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--window={args.window}: allowed is 1..1024")
     if not 8 <= args.size <= 1 << 20:
         raise UserError(f"--size={args.size}: allowed is 8..1048576")
-    from leveller.bench.shim import BuildError, run  # noqa: PLC0415
+    from leveller.bench.shim import BuildError, run
 
     try:
         if args.json:
             result = run(args.changes, args.mode, args.window, args.size)
         else:
-            from rich.console import Console  # noqa: PLC0415
+            from rich.console import Console
 
             with Console(stderr=True).status("starting") as status:
                 result = run(args.changes, args.mode, args.window, args.size, progress=status.update)
@@ -65,8 +65,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _print_table(result: dict[str, Any]) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.console import Console
+    from rich.table import Table
 
     table = Table(title=f"QP resurrection, {result['changes_per_qp']} changes per QP "
                         f"({result['mode']}, {result['provider']})")

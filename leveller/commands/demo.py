@@ -29,7 +29,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from leveller.errors import UserError
 from leveller.demo.model_run import EXAMPLES, simulate
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Optional[Path],
+def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,
                        name: str) -> tuple[list[Any], dict[str, float]]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 # name -> (module, help); each module has configure(parser) like a command.
 EXPERIMENTS: dict[str, tuple[str, str]] = {

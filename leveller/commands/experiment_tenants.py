@@ -227,9 +227,7 @@ def _print_scaling(console: Any, args: argparse.Namespace) -> None:
     """The catalog on the emulated links (always on stderr: it says what the jobs are)."""
     from rich.table import Table
 
-    from leveller.demo.tenants import catalog, scale_model, time_scale
-
-    from leveller.demo.tenants import MAX_S, MIN_S
+    from leveller.demo.tenants import MAX_S, MIN_S, catalog, scale_model, time_scale
 
     table = Table(title=f"job catalog (H200 profiles) on the emulated {args.link_mbps:g} Mbit/s links: a ring "
                         f"all-reduce at {args.ref_gbps:g} Gbit/s per rank; times x{time_scale(args.ref_gbps):.2f}, "
@@ -331,6 +329,6 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
         table.add_row(run.policy, *[str(run.iterations[n]) for n in names], f"{run.min:.3f}", f"{run.avg:.3f}",
                       f"{'/'.join(map(str, paper['iterations']))}, min {paper['min']}" if paper else "")
     console.print(table)
-    console.print(f"ideal iteration times alone: " + ", ".join(f"{k} {v:.3f} s" for k, v in rep.ideal.items())
+    console.print("ideal iteration times alone: " + ", ".join(f"{k} {v:.3f} s" for k, v in rep.ideal.items())
                   + f"; {rep.seconds / 60:.1f} min; details in {out / 'fig9.json'}")
     return 0

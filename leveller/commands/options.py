@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from fractions import Fraction
-from typing import Optional
 
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
@@ -20,7 +19,7 @@ def add_rate_options(parser: argparse.ArgumentParser, unit: str, subject: str = 
                         "(e.g. --rate-half-life 10)")
 
 
-def _duration(option: str, text: Optional[str]) -> Optional[Fraction]:
+def _duration(option: str, text: str | None) -> Fraction | None:
     if text is None:
         return None
     try:
@@ -32,7 +31,7 @@ def _duration(option: str, text: Optional[str]) -> Optional[Fraction]:
     return value
 
 
-def rate_options(args: argparse.Namespace) -> tuple[Optional[Fraction], Optional[Fraction]]:
+def rate_options(args: argparse.Namespace) -> tuple[Fraction | None, Fraction | None]:
     """(window, half-life) from --rate-window / --rate-half-life; at most one of them."""
     window = _duration("--rate-window", args.rate_window)
     half_life = _duration("--rate-half-life", args.rate_half_life)

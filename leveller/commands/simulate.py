@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.limits import PAPER_POLICIES as POLICIES  # the link simulator runs the paper's three
@@ -79,7 +80,7 @@ def parse_starve(text: str, jobs: int) -> Any:
     return Starve(job - 1, start, start + length)
 
 
-def check_positive(option: str, value: Optional[int]) -> None:
+def check_positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise UserError(f"{option} must be an integer >= 1, got {value}")
 
@@ -99,7 +100,7 @@ def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
     }
 
 
-def check_budget(jobs: list, cycles: int, tau: Optional[Fraction], max_events: int, starvations: int = 0) -> int:
+def check_budget(jobs: list, cycles: int, tau: Fraction | None, max_events: int, starvations: int = 0) -> int:
     """The run's event bound; UserError naming --max-events if it exceeds the budget."""
     from leveller.sim.link import event_bound
 

@@ -44,7 +44,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.limits import MAX_LEVELS, POLICIES as ALL
@@ -62,7 +62,7 @@ def parse_policies(text: str) -> list[str]:
     return names
 
 
-def parse_seconds(option: str, text: Optional[str], allow_zero: bool) -> Optional[float]:
+def parse_seconds(option: str, text: str | None, allow_zero: bool) -> float | None:
     if text is None:
         return None
     try:
@@ -174,7 +174,7 @@ def run_network(args: argparse.Namespace) -> int:
 class progress_bar:
     """A rich progress bar over simulated time on a terminal (stderr); a no-op elsewhere."""
 
-    def __init__(self, name: str, duration: Optional[float], enabled: bool) -> None:
+    def __init__(self, name: str, duration: float | None, enabled: bool) -> None:
         import sys
 
         self.enabled = enabled and sys.stderr.isatty()

@@ -69,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"testbed {args.name}: {'removed' if was_up else 'was not up'}")
         return 0
     if args.action == "up":
-        from leveller.testbed.topofile import load_topology
-
         from leveller.testbed.state import load_state
+        from leveller.testbed.topofile import load_topology
 
         topo = load_topology(args.topology)
         fresh = load_state(tb.run_dir) is None

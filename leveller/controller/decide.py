@@ -11,8 +11,8 @@ but with no known flow. Flows are numpy rows of a FlowSnapshot
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 

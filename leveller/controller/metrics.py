@@ -9,8 +9,9 @@ published: a decision step, on its way to the agents, does no metrics work.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram

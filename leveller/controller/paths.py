@@ -8,7 +8,8 @@ link provider is for one shared bottleneck (loopback, simple testbeds).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from leveller.core.paths import Router
 

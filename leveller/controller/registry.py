@@ -37,8 +37,8 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from leveller.controller.decide import JobInput
 from leveller.model.flow import FlowKey

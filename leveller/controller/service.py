@@ -27,8 +27,9 @@ from __future__ import annotations
 import operator
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from leveller.controller.flowtable import FlowTable, HostFlows
 from leveller.controller.metrics import ControllerMetrics, Published
 from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
+from leveller.controller.shadow import ShadowCollector, ShadowLedger
 from leveller.controller.shifts import ShiftPlanner
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap

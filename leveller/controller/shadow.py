@@ -10,7 +10,8 @@ current decision does not cover (new since the last step) go to level None.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 

@@ -21,8 +21,8 @@ order is None, every flow stays on one level.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable, Mapping, Sequence
 
 from leveller.controller.decide import JobInput, JobShape
 from leveller.core.cassini import CircleJob, shared_link_shifts

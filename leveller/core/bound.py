@@ -10,10 +10,10 @@ C_total + W_min, so its rates are at least LCM / (C_total + W_min) >= R*/2.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd, lcm
-from typing import Sequence
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -310,7 +310,7 @@ def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, 
 
 
 def shift_overlap(a: CircleJob, shift_a: float, b: CircleJob, shift_b: float, horizon_s: float,
-                  step_s: Optional[float] = None) -> float:
+                  step_s: float | None = None) -> float:
     """Seconds in ``[0, horizon_s)`` during which both jobs communicate, each delayed by its shift.
 
     Sampled every ``step_s`` (default: 1/1000 of the shorter period); a measure for tests

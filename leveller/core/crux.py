@@ -60,8 +60,9 @@ reference job's iteration twice as long).
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class CruxJob:
     compute_s: Number
     comm_s: Number
     slack_s: Number = 0
-    traffic: Optional[Number] = None
+    traffic: Number | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -262,7 +263,7 @@ def least_congested_path(candidates: Sequence[Sequence[L]], load: Mapping[L, flo
 
 
 def assign_paths(requests: Sequence[tuple[K, Sequence[Sequence[L]], float]], capacity: Mapping[L, float],
-                 load: Optional[Mapping[L, float]] = None) -> tuple[dict[K, int], dict[L, float]]:
+                 load: Mapping[L, float] | None = None) -> tuple[dict[K, int], dict[L, float]]:
     """Crux path selection: ``(key, candidates, demand)`` in the given order (decreasing I_j).
 
     Each request takes its least congested candidate and adds its demand to the links of

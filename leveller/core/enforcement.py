@@ -23,8 +23,8 @@ Pure: counters in, verdicts out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
 
 Port = tuple[str, int]  # (switch, egress port number)
 QueueKey = tuple[str, int, int]  # (switch, port, level)
@@ -54,7 +54,7 @@ class QueueCheck:
     counted: int  # bytes the queue took
 
     @property
-    def ratio(self) -> Optional[float]:
+    def ratio(self) -> float | None:
         return None if self.expected <= 0 else self.counted / self.expected
 
 

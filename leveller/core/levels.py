@@ -24,8 +24,8 @@ Deterministic: the result depends only on the order and the flow-link sets.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -141,7 +141,7 @@ def _prune_small(rank: list[int], inc_flow: list[int], inc_link: list[int], k: i
     return levels
 
 
-def assign_levels(order: Optional[Sequence[str]], flows: Mapping[str, Flow], k: int) -> dict[str, int]:
+def assign_levels(order: Sequence[str] | None, flows: Mapping[str, Flow], k: int) -> dict[str, int]:
     """Map every flow to a level in [0, k-1] given a job order (highest priority first) or None."""
     if k < 1:
         raise ValueError(f"number of levels K must be >= 1, got {k!r}")

@@ -18,9 +18,10 @@ time is being measured holds the top priority.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Optional, Protocol, Sequence
+from typing import Protocol
 
 from leveller.core.rate import Number
 from leveller.model.limits import POLICIES as POLICY_NAMES
@@ -32,10 +33,10 @@ class JobView:
     """What a policy may know about one job at one instant."""
 
     name: str
-    rate: Optional[Number] = None  # current R (see rate.progress_rate); None while unknown
+    rate: Number | None = None  # current R (see rate.progress_rate); None while unknown
     gpus: int = 1
-    compute: Optional[Number] = None  # compute time per iteration (profiled)
-    comm: Optional[Number] = None  # communication time per iteration at full link rate (profiled)
+    compute: Number | None = None  # compute time per iteration (profiled)
+    comm: Number | None = None  # communication time per iteration at full link rate (profiled)
     profiling: bool = False  # ideal time being measured: needs unique top priority
     weight: Number = 1  # operator weight: leveller ranks by rate / weight (1 = the paper)
 
@@ -48,9 +49,9 @@ class Policy(Protocol):
     """Interface every policy implements."""
 
     name: str
-    tau: Optional[Number]
+    tau: Number | None
 
-    def order(self, jobs: Sequence[JobView]) -> Optional[list[str]]:
+    def order(self, jobs: Sequence[JobView]) -> list[str] | None:
         """Job names, highest priority first, or None for no priority."""
         ...
 
@@ -98,7 +99,7 @@ def weighted_rate(job: JobView) -> Number:
     return job.rate / job.weight
 
 
-def gpu_intensity(job: JobView) -> Optional[Number]:
+def gpu_intensity(job: JobView) -> Number | None:
     """Crux's GPU intensity G * C / M (k = 1), or None if C or M is not known yet."""
     if job.compute is None or job.comm is None:
         return None
@@ -114,7 +115,7 @@ class CruxPolicy:
     Jobs whose intensity is unknown (no profile yet) rank after all known ones.
     """
 
-    tau: Optional[Number] = None
+    tau: Number | None = None
     name: str = "crux"
 
     def order(self, jobs: Sequence[JobView]) -> list[str]:
@@ -130,7 +131,7 @@ class CruxPolicy:
 class FairPolicy:
     """No priority: flows that share a link split it equally (DCQCN-like flow fairness)."""
 
-    tau: Optional[Number] = None
+    tau: Number | None = None
     name: str = "fair"
 
     def order(self, jobs: Sequence[JobView]) -> None:
@@ -147,7 +148,7 @@ class CassiniPolicy:
     (``time_shifts``), and each job delays an iteration start by it.
     """
 
-    tau: Optional[Number] = None
+    tau: Number | None = None
     name: str = "cassini"
     time_shifts: bool = True
 

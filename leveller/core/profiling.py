@@ -12,9 +12,9 @@ with a different compute time). Pure: timestamps are arguments.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Optional, Sequence
 
 from leveller.core.rate import Number
 
@@ -43,7 +43,7 @@ def next_reprofile_time(last: Number, mean_interval: Number, u: float) -> Number
 
 
 def drifted(any_priority: Sequence[Number], at_top: Sequence[Number], ideal: Number, tolerance: float,
-            samples: int = 5) -> Optional[str]:
+            samples: int = 5) -> str | None:
     """Whether a job's iteration time alone has moved away from ``ideal``, and which way.
 
     ``any_priority``: recent iteration durations whatever the job's priority; no
@@ -76,9 +76,9 @@ class IdealTimeProfiler:
     """
 
     samples: int = 5
-    ideal: Optional[Number] = None
-    _window_start: Optional[Number] = field(default=None, repr=False)
-    _last_end: Optional[Number] = field(default=None, repr=False)
+    ideal: Number | None = None
+    _window_start: Number | None = field(default=None, repr=False)
+    _last_end: Number | None = field(default=None, repr=False)
     _durations: list = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,7 +96,7 @@ class IdealTimeProfiler:
         self._last_end = now
         self._durations = []
 
-    def iteration_end(self, now: Number) -> Optional[Number]:
+    def iteration_end(self, now: Number) -> Number | None:
         """Record an iteration finishing at ``now``; return the new estimate when the window closes."""
         if self._window_start is None or self._last_end is None:
             return None

@@ -16,8 +16,9 @@ ceiling, so a higher queue takes all the bandwidth it can use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from leveller.model.errors import UserError
 from leveller.model.limits import MAX_LEVELS

@@ -17,8 +17,9 @@ these definitions live. Pure arithmetic: ``int``, ``float`` and
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Optional, Sequence, Union
+from typing import Union
 
 Number = Union[int, float, Fraction]
 Sample = tuple[Number, Number]  # (time, iterations done by then)
@@ -26,8 +27,8 @@ DECAY_HORIZON = 10  # half-lives of history a decayed R needs (older weight: < 0
 
 
 def progress_rate(iterations: Number, ideal_time: Number, start: Number, now: Number,
-                  history: Sequence[Sample] = (), window: Optional[Number] = None,
-                  half_life: Optional[Number] = None) -> Number:
+                  history: Sequence[Sample] = (), window: Number | None = None,
+                  half_life: Number | None = None) -> Number:
     """R of a job at ``now`` that finished ``iterations`` since ``start``.
 
     Default: the paper's cumulative R = iterations * ideal_time / (now - start);
@@ -83,7 +84,7 @@ def progress_rate(iterations: Number, ideal_time: Number, start: Number, now: Nu
     return _decayed(points, float(now), float(half_life)) * float(ideal_time)
 
 
-def history_horizon(window: Optional[Number] = None, half_life: Optional[Number] = None) -> Optional[Number]:
+def history_horizon(window: Number | None = None, half_life: Number | None = None) -> Number | None:
     """How far back a windowed / decayed R reads its history (None: cumulative, no history needed)."""
     if window is not None:
         return window
@@ -92,7 +93,7 @@ def history_horizon(window: Optional[Number] = None, half_life: Optional[Number]
     return None
 
 
-def trim_history(history: Sequence[Sample], now: Number, horizon: Optional[Number]) -> list[Sample]:
+def trim_history(history: Sequence[Sample], now: Number, horizon: Number | None) -> list[Sample]:
     """The samples :func:`progress_rate` still needs at ``now``: the latest one at or before
     ``now - horizon`` (the base) and every later one; none at all for the cumulative R."""
     if horizon is None:

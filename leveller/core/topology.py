@@ -14,8 +14,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import reprlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from leveller.model.errors import UserError
 from leveller.model.limits import MAX_LEVELS

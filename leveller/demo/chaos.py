@@ -26,9 +26,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from leveller.demo.chaos_check import Fault, Struck, parse_schedule, recovery, stale_marks
 from leveller.demo.cluster import PIDS_FILE, DemoCluster, record_pid
@@ -80,7 +81,7 @@ class FaultDriver:
     _thread: threading.Thread | None = None
     _down: tuple[Fault, float, Any] | None = None  # the fault in progress: (fault, killed at, restart)
 
-    def __enter__(self) -> "FaultDriver":
+    def __enter__(self) -> FaultDriver:
         self.t0 = time.time()
         self._thread = threading.Thread(target=self._loop, name="chaos-faults", daemon=True)
         self._thread.start()

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from leveller.errors import UserError
 

@@ -12,11 +12,12 @@ import contextlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.demo.scenario import topology_dict
+from leveller.locking import exclusive
 from leveller.testbed.cluster import Testbed
 from leveller.procs import stop_pid
 from leveller.locking import exclusive
@@ -90,7 +91,7 @@ class DemoCluster:
     def _unlock(self) -> None:
         self._lock_stack.close()
 
-    def __enter__(self) -> "DemoCluster":
+    def __enter__(self) -> DemoCluster:
         self._lock()
         try:
             self._up()

@@ -3,8 +3,9 @@ policy, measure, plot, tear down. Progress goes to a callback (the CLI draws a r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy

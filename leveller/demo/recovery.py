@@ -24,9 +24,10 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, recovery_figures
 from leveller.demo.cluster import DemoCluster
@@ -96,7 +97,7 @@ class Flood:
         run(self.cluster.testbed.exec_argv(FLOOD_FROM, host_shaper(LINK_MBPS)), check=False)
 
     @contextlib.contextmanager
-    def running(self) -> Iterator["Flood"]:
+    def running(self) -> Iterator[Flood]:
         tb = self.cluster.testbed
         try:
             self._priority_egress()

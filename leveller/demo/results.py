@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from leveller.demo.scenario import PAPER, POLICIES
 
@@ -26,7 +27,7 @@ class RunResult:
     iterations: list[int]
     ideal_s: list[float]
     seconds: float
-    timeline: Optional[str] = None
+    timeline: str | None = None
     switches: int = 0  # controller decisions that changed the top job (0 for static policies)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -56,15 +57,15 @@ def json_doc(runs: Sequence[RunResult], model: Mapping[str, Mapping[str, Sequenc
     return doc
 
 
-def _get(doc: Mapping[str, Any], example: str, policy: str) -> Optional[list[float]]:
+def _get(doc: Mapping[str, Any], example: str, policy: str) -> list[float] | None:
     return doc.get(example, {}).get(policy)
 
 
-def acceptance(doc: Mapping[str, Any]) -> list[tuple[str, Optional[bool], str]]:
+def acceptance(doc: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     """The issue's acceptance checks on a results document: (name, passed or None if not run, detail)."""
-    checks: list[tuple[str, Optional[bool], str]] = []
+    checks: list[tuple[str, bool | None, str]] = []
 
-    def add(name: str, values: Sequence[Optional[list[float]]], test: Any, detail: Any) -> None:
+    def add(name: str, values: Sequence[list[float] | None], test: Any, detail: Any) -> None:
         if any(v is None for v in values):
             checks.append((name, None, "not run"))
         else:
@@ -98,5 +99,5 @@ def table_rows(example: str, doc: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _fmt(x: Optional[float]) -> str:
+def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"

@@ -11,7 +11,7 @@ M units' worth of bytes at the link rate per iteration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.limits import PAPER_POLICIES as POLICIES  # the paper's worked examples compare these
@@ -24,7 +24,7 @@ BASE_PORT = 21000  # below the ephemeral range, so a flow's port names its job u
 PORT_STRIDE = 10
 
 # Paper model numbers (digest sections 2 and 3.2); None where the paper gives none.
-PAPER: dict[str, dict[str, list[Optional[float]]]] = {
+PAPER: dict[str, dict[str, list[float | None]]] = {
     "pair": {"fair": [0.75, 0.75], "crux": [1.0, 0.75], "leveller": [0.857, 0.857]},
     "trio": {"fair": [0.5, 0.5, 0.667], "crux": [None, 0.0, None], "leveller": [0.6, 0.6, 0.6]},
 }

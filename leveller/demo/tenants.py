@@ -23,8 +23,9 @@ LINK_MBPS (see there why not 100 Mbit/s).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -3,8 +3,9 @@ and policy) and Figure 9 (iterations per job in a common window, minimum R per p
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from leveller.demo.tenants import PolicyRun, mean_sd
 

@@ -16,14 +16,13 @@ import dataclasses
 import fcntl
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy
 from leveller.demo.measure import top_job_changes
-from leveller.demo.tenants import (LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants,
-                                   leafspine)
+from leveller.demo.tenants import LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]

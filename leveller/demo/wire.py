@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from leveller.demo.chaos_check import Segment
 from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, frames, kernel_stamp
@@ -30,7 +30,7 @@ class DscpSegments:
     by source address (named through ``hosts``: address -> host). ``with`` starts and stops it."""
 
     def __init__(self, ns: str, ifname: str, dst: str, ports: tuple[int, int], hosts: Mapping[str, str]) -> None:
-        from leveller.testbed.vethpair import VethPair  # noqa: PLC0415
+        from leveller.testbed.vethpair import VethPair
 
         self.dst, self.low, self.high = socket.inet_aton(dst), ports[0], ports[1]
         self.names = {socket.inet_aton(ip): name for ip, name in hosts.items()}
@@ -46,7 +46,7 @@ class DscpSegments:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dscp-segments", daemon=True)
 
-    def __enter__(self) -> "DscpSegments":
+    def __enter__(self) -> DscpSegments:
         self._thread.start()
         return self
 

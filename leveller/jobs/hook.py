@@ -34,8 +34,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import check_job_name, format_line

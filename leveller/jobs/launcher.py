@@ -13,8 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from leveller.errors import UserError
 from leveller.jobs.spec import JobSpec
@@ -82,7 +82,7 @@ class JobRun:
     _stderr: list[list[str]] = field(default_factory=list)
     _done: dict[int, dict[str, str]] = field(default_factory=dict)
 
-    def __enter__(self) -> "JobRun":
+    def __enter__(self) -> JobRun:
         self.started_at = time.time()
         self.deadline = self.started_at + self.spec.duration_s if self.spec.duration_s else None
         n = len(self.spec.workers)

@@ -116,7 +116,7 @@ def local_interface_towards(addr: str) -> str:
         local = s.getsockname()[0]
     if ipaddress.ip_address(local).is_loopback:
         return "lo"
-    from pyroute2 import IPRoute  # noqa: PLC0415
+    from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
         for msg in ipr.get_addr(family=family):
@@ -170,13 +170,13 @@ def _check(a: argparse.Namespace) -> None:
 def train(a: argparse.Namespace) -> Summary:
     """Rendezvous, train, tear the process group down; returns this rank's summary."""
     try:
-        import torch  # noqa: PLC0415
-        import torch.distributed as dist  # noqa: PLC0415
-        from torch import nn  # noqa: PLC0415
-        from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel
     except ImportError as exc:
         raise UserError(f"PyTorch is not installed ({exc}): run `make torch` (the optional extra)") from None
-    from leveller.jobs.hook import default_reporter, iteration_done  # noqa: PLC0415
+    from leveller.jobs.hook import default_reporter, iteration_done
 
     shape = shape_for(a.grad_mb)
     host, port = parse_master(a.master)

@@ -36,8 +36,8 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import format_line

@@ -126,7 +126,7 @@ def init(directory: Path, hosts: tuple[str, ...], controller_names: tuple[str, .
             raise UserError(f"--hosts: {h!r} is reserved (file names {h}.pem/.key are taken)")
     if not controller_names:
         raise UserError("--controller-names: give at least one name or address the agents dial")
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     directory.mkdir(parents=True, exist_ok=True)
     ca = _load_or_make_ca(directory, now)
     out = [Issued("ca", directory / "ca.pem", directory / "ca.key"),

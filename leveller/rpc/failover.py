@@ -28,7 +28,8 @@ import ipaddress
 import itertools
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 
@@ -135,7 +136,7 @@ class FailoverClient:
         for c in self.clients:
             c.close()
 
-    def __enter__(self) -> "FailoverClient":
+    def __enter__(self) -> FailoverClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

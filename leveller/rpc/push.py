@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import grpc
 
@@ -68,7 +69,7 @@ def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[]
             reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if tls:
-            from leveller.rpc.transport import _check_peer  # noqa: PLC0415 (transport imports this module)
+            from leveller.rpc.transport import _check_peer
             _check_peer(context, host, reject)
         if not slots.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -118,8 +119,8 @@ class LevelsWatcher:
         self._thread = threading.Thread(target=self._loop, name=f"watch-{host}", daemon=True)
 
     def _connect(self, address: str) -> None:
-        from leveller.rpc.tls import channel  # noqa: PLC0415
-        from leveller.rpc.transport import client_options  # noqa: PLC0415 (transport imports this module's peers)
+        from leveller.rpc.tls import channel
+        from leveller.rpc.transport import client_options
 
         with self._lock:
             if self._stop.is_set():
@@ -133,7 +134,7 @@ class LevelsWatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def __enter__(self) -> "LevelsWatcher":
+    def __enter__(self) -> LevelsWatcher:
         self.start()
         return self
 

@@ -11,9 +11,10 @@ With TLS the HMAC secret is optional; without TLS it stays required (labs).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import grpc
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -27,9 +28,16 @@ from leveller.model.errors import CallFailed
 from leveller.rpc import auth
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
+from leveller.rpc.schema import (
+    VERSION,
+    LevelsReply,
+    ReplyEncoder,
+    Report,
+    ReportDecoder,
+    reply_from_wire,
+    report_to_wire,
+)
 from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_host, server_credentials
-from leveller.rpc.schema import LevelsReply, Report, ReplyEncoder, ReportDecoder, VERSION, report_to_wire, \
-    reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
 REPORT = f"/{SERVICE}/Report"
@@ -143,7 +151,7 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),
     }
     if hasattr(handler, "wait_levels") and threads > 4:
-        from leveller.rpc.push import watch_method  # noqa: PLC0415 (push imports this module's peers)
+        from leveller.rpc.push import watch_method
         methods["Watch"] = watch_method(handler, secret, clock, max_message_bytes,  # type: ignore[arg-type]
                                         on_reject, max_watchers=threads - 4, tls=tls is not None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
@@ -176,7 +184,7 @@ class ControllerClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "ControllerClient":
+    def __enter__(self) -> ControllerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

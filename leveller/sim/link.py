@@ -28,9 +28,9 @@ time instead of running silently for hours.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Optional, Sequence
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
@@ -108,7 +108,7 @@ def job_name(index: int) -> str:
     return str(index + 1)
 
 
-def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Optional[Fraction], starvations: int = 0) -> int:
+def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Fraction | None, starvations: int = 0) -> int:
     """Upper bound on the events of ``simulate_link(jobs, policy with tau, cycles)``.
 
     A job finishes at most horizon / ideal iterations (it cannot beat its ideal time),
@@ -125,12 +125,12 @@ def simulate_link(
     jobs: Sequence[LinkJob],
     policy: Policy,
     cycles: int = 1500,
-    levels: Optional[int] = None,
+    levels: int | None = None,
     record_until: Fraction = Fraction(0),
-    on_progress: Optional[Callable[[float], None]] = None,
+    on_progress: Callable[[float], None] | None = None,
     progress_every: int = 2048,
-    rate_window: Optional[Fraction] = None,
-    rate_half_life: Optional[Fraction] = None,
+    rate_window: Fraction | None = None,
+    rate_half_life: Fraction | None = None,
     starve: Sequence[Starve] = (),
     record_ends: bool = False,
 ) -> LinkResult:

@@ -18,8 +18,8 @@ what is rendered here is what the testbed does.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, QueueConfig, dscp_levels, htb_classid, queue_configs, tc_dscp_filters
@@ -68,7 +68,7 @@ def ofctl_flow(table: int, priority: int, cookie: int, match: Sequence[tuple[str
 
 def qos_flows(level_map: LevelMap) -> list[str]:
     """The SDN app's table-0 rules (DSCP -> set_queue, then the path table), in ovs-ofctl syntax."""
-    from sdn.rules import AddFlow, TABLE_QOS, switch_setup
+    from sdn.rules import TABLE_QOS, AddFlow, switch_setup
 
     return [ofctl_flow(m.table, m.priority, m.cookie, m.match, m.actions, m.goto)
             for m in switch_setup(0, level_map, set_queue=True) if isinstance(m, AddFlow) and m.table == TABLE_QOS]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 ETH_P_IP = 0x0800
 SO_TIMESTAMPNS = 35

@@ -22,8 +22,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from leveller.core.qos import queue_configs
 from leveller.core.topology import Topology, topology_from_dict
@@ -133,7 +134,7 @@ class Testbed:
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
     def up(cls, topo: Topology, name: str, run_dir: Path | str | None = None,
-           datapath_type: str | None = None, progress: Progress = _quiet, qos: bool = True) -> "Testbed":
+           datapath_type: str | None = None, progress: Progress = _quiet, qos: bool = True) -> Testbed:
         """Build the testbed; if it is already up with the same topology, repair and reuse it
         (restart dead OVS daemons). Anything half-built is removed on failure. `qos=False`
         leaves the switch ports without queues (to configure them from outside)."""
@@ -253,7 +254,7 @@ class Testbed:
             state.sdn_pid = None
             state.save()
 
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Testbed:
         return self
 
     def __exit__(self, *exc: object) -> None:

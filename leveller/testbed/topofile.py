@@ -8,7 +8,6 @@ from pathlib import Path
 from leveller.core.topology import PRESETS, Topology, preset, topology_from_dict
 from leveller.errors import UserError
 
-
 MAX_FILE_BYTES = 16 << 20  # far above any real cluster's description
 
 

@@ -54,7 +54,7 @@ class VethPair:
         self.close()
 
     def _create(self) -> None:
-        from pyroute2 import IPRoute, NetNS, netns  # noqa: PLC0415
+        from pyroute2 import IPRoute, NetNS, netns
 
         for ns in (self.ns_a, self.ns_b):
             netns.create(ns)
@@ -83,7 +83,7 @@ class VethPair:
 
     def close(self) -> None:
         """Remove both namespaces (the veth ends go with them); idempotent."""
-        from pyroute2 import netns  # noqa: PLC0415
+        from pyroute2 import netns
 
         while self._created:
             ns = self._created.pop()
@@ -100,6 +100,6 @@ class VethPair:
     @staticmethod
     def socket(ns: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, proto: int = 0) -> socket.socket:
         """A socket created inside namespace ns (usable from this process)."""
-        from pyroute2 import netns  # noqa: PLC0415
+        from pyroute2 import netns
 
         return netns.create_socket(ns, family, kind, proto)

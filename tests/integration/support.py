@@ -11,8 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,7 @@ class Proc:
             time.sleep(1)
             raise AssertionError(f"still running {timeout_s:g} s after SIGINT:\n{self.output()}") from None
 
-    def __enter__(self) -> "Proc":
+    def __enter__(self) -> Proc:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -208,7 +209,7 @@ def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
         tb.down()
 
 
-def stop_gracefully(proc: "subprocess.Popen[bytes]", timeout_s: float = 90.0) -> None:
+def stop_gracefully(proc: subprocess.Popen[bytes], timeout_s: float = 90.0) -> None:
     """SIGINT a long run that is still going (it tears down what it built), kill it if it does not end."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)

@@ -12,10 +12,8 @@ the agent stops, the QPs get their original class back. No root needed.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
-
-import pytest
 
 from leveller.agent import shim_control
 from leveller.agent.enforce_shim import ROCE_V2_PORT, ShimEnforcer, ShimFlows, roce_source_port

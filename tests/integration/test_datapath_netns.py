@@ -86,7 +86,7 @@ class Capture(threading.Thread):
         while not self.stop.is_set():
             try:
                 frame = self.sock.recv(65535)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if frame[12:14] != b"\x08\x00" or frame[23] != 6:
                 continue

@@ -19,8 +19,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def _raw(port: int, request: bytes, wait_s: float = 20) -> tuple[bytes, float]:
         try:
             while chunk := s.recv(65536):
                 data += chunk
-        except socket.timeout:
+        except TimeoutError:
             pass
         return data, time.monotonic() - started
 

@@ -17,7 +17,6 @@ from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.traffic import host_python
-from leveller.controller.paths import SdnPaths
 from sdn.client import SdnClient
 
 from .support import wait_listening

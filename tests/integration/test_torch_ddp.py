@@ -20,14 +20,15 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from leveller.core.qos import default_level_map
 
-from .support import Proc, fresh_cgroup, free_port, leveller_proc, wait_until
+from .support import Proc, free_port, fresh_cgroup, leveller_proc, wait_until
 
 pytestmark = pytest.mark.privileged
 
@@ -95,7 +96,7 @@ class Wire(threading.Thread):
             if payload > 0:
                 self.packets.append((time.time(), buf[15] >> 2, payload, sport, dport))
 
-    def __enter__(self) -> "Wire":
+    def __enter__(self) -> Wire:
         self.start()
         return self
 

@@ -4,8 +4,8 @@ never kept past their own lease."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from leveller.agent.metrics import AgentMetrics
 from leveller.agent.rate_tracker import LogTailer, RateTracker

@@ -3,10 +3,10 @@ after it (controller unreachable, or answering with a decision older than its le
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
-from typing import Iterable, Mapping
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule

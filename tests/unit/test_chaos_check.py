@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leveller.demo.chaos_check import DEFAULT_SCHEDULE, Fault, Segment, Struck, parse_schedule, recovery, \
-    stale_marks
+from leveller.demo.chaos_check import DEFAULT_SCHEDULE, Fault, Segment, Struck, parse_schedule, recovery, stale_marks
 from leveller.errors import UserError
 
 HOSTS = ("h1", "h2", "h4")

@@ -11,8 +11,8 @@ import json
 import re
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -3,7 +3,7 @@ paths asked once per flow in one batch, stale agents' flows dropped, compaction 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 from prometheus_client import generate_latest

@@ -1,8 +1,8 @@
 """CASSINI baseline (leveller.core.cassini): unified circle, compatibility, rotations, affinity BFS."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from leveller.core import cassini
 from leveller.core.cassini import CircleJob

@@ -1,11 +1,11 @@
 """Crux baseline (leveller.core.crux): intensity, correction factors, path choice, Max K-Cut compression."""
 
-from fractions import Fraction
 import itertools
+from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from leveller.core import crux
 from leveller.model.errors import UserError

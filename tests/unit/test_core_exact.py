@@ -8,8 +8,9 @@ so they are pinned as literal values written from the contracts, not recomputed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction as F
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,16 @@ from leveller.model.flow import flow_key, stable_hash
 from leveller.core.qos import (LevelMap, QueueConfig, default_level_map, dscp_levels, htb_classid, level_map_from_dict,
                                queue_configs, tc_dscp_filters)
 from leveller.core.profiling import IdealTimeProfiler, estimate_ideal_time, next_reprofile_time
+from leveller.core.qos import (
+    LevelMap,
+    QueueConfig,
+    default_level_map,
+    dscp_levels,
+    htb_classid,
+    level_map_from_dict,
+    queue_configs,
+    tc_dscp_filters,
+)
 from leveller.core.topology import preset
 
 

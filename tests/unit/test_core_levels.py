@@ -1,9 +1,9 @@
 """K-level compression by contention-graph pruning (paper section 3.3, Figures 6-7)."""
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import leveller.core.levels as levels_module
 from leveller.core.levels import Flow, assign_levels

@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leveller.core.topology import topology_from_dict
 from leveller.demo.measure import ideal_from_alone, measured_rate, parse_logs, rate_series, top_job_changes
 from leveller.demo.plots import top_spans
 from leveller.demo.results import RunResult, acceptance, json_doc, table_rows
 from leveller.demo.scenario import plan, topology_dict
-from leveller.core.topology import topology_from_dict
 from leveller.errors import UserError
 
 

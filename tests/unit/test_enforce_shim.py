@@ -5,8 +5,9 @@ failures retried, original classes restored, vanished processes forgotten."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from leveller.agent.enforce_shim import (
     ROCE_V2_PORT,

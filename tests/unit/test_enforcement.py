@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from leveller.agent.reports import Classifier, FlowSample, build_report, parse_port_rule
 from leveller.agent.rate_tracker import JobProgress
+from leveller.agent.reports import Classifier, FlowSample, build_report, parse_port_rule
 from leveller.controller.enforcement import EnforcementMonitor
 from leveller.core.enforcement import Tolerance, compare, egress_ports, expected_bytes
 from leveller.model.flow import flow_key

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leveller.demo.tenants import (
     MAX_HOSTS,

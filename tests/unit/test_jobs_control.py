@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from leveller.jobs.control import (
     COMM_PATTERN,

@@ -1,14 +1,14 @@
 """ECMP path choice: shortest, deterministic, spread over spines, ports consistent with the topology."""
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leveller.core.paths import choose_path, equal_cost_paths
 
 from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.errors import UserError
-
-import pytest
 
 LS = preset("leafspine")
 IPS = [h.ip for h in LS.hosts]

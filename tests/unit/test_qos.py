@@ -2,8 +2,14 @@
 
 import pytest
 
-from leveller.core.qos import (RESERVED_DSCP, default_level_map, htb_classid, level_map_from_dict,
-                               queue_configs, tc_dscp_filters)
+from leveller.core.qos import (
+    RESERVED_DSCP,
+    default_level_map,
+    htb_classid,
+    level_map_from_dict,
+    queue_configs,
+    tc_dscp_filters,
+)
 from leveller.errors import UserError
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest

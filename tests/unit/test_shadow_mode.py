@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from leveller.agent.reports import FlowSample

@@ -3,9 +3,9 @@
 from fractions import Fraction
 from fractions import Fraction as F
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import pytest
 
 from leveller.core.bound import cycle_bound
 from leveller.core.policies import make_policy
@@ -102,9 +102,7 @@ def test_bad_arguments() -> None:
 
 
 def test_timeline_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from leveller.sim.timeline import plot_timelines
-
-    from leveller.sim.timeline import COLORS
+    from leveller.sim.timeline import COLORS, plot_timelines
     from tests.pictures import colour_pixels, shares, widest_row_coverage
 
     # The picture shows each state of each job for as long as it lasts: the area of each colour is the

@@ -5,8 +5,15 @@ from fractions import Fraction as F
 
 import pytest
 
-from leveller.bench.recovery import (Disturbance, RateMode, SimSetup, progress, recovery_figures,
-                                     simulate_recovery, stretch_rate)
+from leveller.bench.recovery import (
+    Disturbance,
+    RateMode,
+    SimSetup,
+    progress,
+    recovery_figures,
+    simulate_recovery,
+    stretch_rate,
+)
 from leveller.cli import main
 from leveller.core.policies import LevellerPolicy
 from leveller.sim.link import LinkJob, Starve, simulate_link
@@ -111,10 +118,11 @@ def test_experiment_recovery_in_the_network_simulator(capsys: pytest.CaptureFixt
 
 
 def test_network_simulator_disturbance_stalls_only_the_job_on_that_link() -> None:
-    from leveller.sim.network.engine import Disturbance as Held, Simulation
+    from leveller.bench.recovery import DUMBBELL, network_pair
+    from leveller.sim.network.engine import Disturbance as Held
+    from leveller.sim.network.engine import Simulation
     from leveller.sim.network.policies import make_net_policy
     from leveller.sim.network.topology import load_network
-    from leveller.bench.recovery import DUMBBELL, network_pair
 
     net = load_network(DUMBBELL)
     before = net.capacity.copy()

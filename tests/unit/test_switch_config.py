@@ -15,11 +15,18 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from leveller.cli import main
-from leveller.core.qos import (LevelMap, default_level_map, dscp_levels, level_map_from_dict, queue_configs,
-                               tc_dscp_filters)
+from leveller.core.qos import (
+    LevelMap,
+    default_level_map,
+    dscp_levels,
+    level_map_from_dict,
+    queue_configs,
+    tc_dscp_filters,
+)
 from leveller.switchconfig import eos, ovs, sonic
 from leveller.testbed.ovs import bridge_commands
 

@@ -22,8 +22,8 @@ and demands are searched once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class CruxNet:
     """Crux (SIGCOMM 2024) through leveller.core.crux."""
 
     name: str = "crux"
-    tau: Optional[float] = None
+    tau: float | None = None
     overlap: bool = False
     samples: int = 10
     seed: int = 0
@@ -85,10 +85,10 @@ class CruxNet:
         chosen, _ = crux.assign_paths(requests, capacity)
         return {j.name: [j.flows[i].candidates[chosen[(j.name, i)]] for i in range(len(j.flows))] for j in jobs}
 
-    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+    def order(self, now: float, jobs: Sequence[RunJob]) -> list[str] | None:
         return sorted((j.name for j in jobs), key=lambda n: -self.priority.get(n, 0.0))
 
-    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+    def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
         users: dict[str, set[str]] = {}
         for f in flows.values():
@@ -109,20 +109,20 @@ class CassiniNet:
     """CASSINI (NSDI 2024) through leveller.core.cassini."""
 
     name: str = "cassini"
-    tau: Optional[float] = None
+    tau: float | None = None
     overlap: bool = False
     quantum_fraction: float = 0.01
     lcm_periods: float = 20.0
-    capacity: Optional[np.ndarray] = field(default=None, repr=False)
+    capacity: np.ndarray | None = field(default=None, repr=False)
 
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         self.capacity = net.capacity
         return {}
 
-    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+    def order(self, now: float, jobs: Sequence[RunJob]) -> list[str] | None:
         return None
 
-    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+    def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
         return {name: 0 for name in flows}
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 BACKWARD_SHARE = 2 / 3
 READY_POINT = 0.5

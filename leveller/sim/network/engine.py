@@ -21,8 +21,8 @@ import itertools
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from leveller.sim.network.policies import NetPolicy
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
-Placer = Callable[[Sequence[str], int], Optional[tuple[str, ...]]]
+Placer = Callable[[Sequence[str], int], tuple[str, ...] | None]
 GROUP, GLOBAL = 0, 1
 MEMO = 512  # levels remembered per group, by order
 # A job still running at the end after fewer than this many ideal iterations has an R dominated
@@ -53,11 +53,11 @@ class Disturbance:
 @dataclass
 class JobOutcome:
     name: str
-    rate: Optional[float]
+    rate: float | None
     iterations: int
-    finish: Optional[float]
-    start: Optional[float]
-    ideal: Optional[float]
+    finish: float | None
+    start: float | None
+    ideal: float | None
     gpus: int
     hosts: tuple[str, ...]
     measured: bool = True  # counts in min / avg / p10 (see MIN_WINDOW)
@@ -101,10 +101,10 @@ class Simulation:
     """One run of one policy over one network and job list."""
 
     def __init__(self, net: Network, specs: Sequence[JobSpec], policy: NetPolicy, levels: int,
-                 duration: Optional[float] = None, placer: Optional[Placer] = None,
-                 sample_every: Optional[float] = None,
-                 progress: Optional[Callable[[float], None]] = None,
-                 on_rates: Optional[Callable[[float, "Simulation"], None]] = None,
+                 duration: float | None = None, placer: Placer | None = None,
+                 sample_every: float | None = None,
+                 progress: Callable[[float], None] | None = None,
+                 on_rates: Callable[[float, Simulation], None] | None = None,
                  disturbances: Sequence[Disturbance] = ()) -> None:
         self.net = net
         self.specs = list(specs)

@@ -13,8 +13,9 @@ distinct bottleneck, two sparse products per round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,7 +38,7 @@ class Incidence:
     n_links: int
 
     @classmethod
-    def from_paths(cls, paths: Sequence[Sequence[int]], n_links: int) -> "Incidence":
+    def from_paths(cls, paths: Sequence[Sequence[int]], n_links: int) -> Incidence:
         """Row f has a 1 in every column (link id) of ``paths[f]``; a link listed twice counts once."""
         rows = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
         cols = np.fromiter((l for p in paths for l in p), dtype=np.int64, count=len(rows))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -80,8 +80,8 @@ class Group:
                 users.setdefault(link, set()).add(f.job)
         self.flows = {n: f for n, f in table.items() if any(len(users[l]) > 1 for l in f.links)}
         self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
-        self.last_order: Optional[tuple[str, ...]] = None  # the order the levels in force come from
-        self.memo: dict[Optional[tuple[str, ...]], dict[str, int]] = {}  # order -> levels of self.flows
+        self.last_order: tuple[str, ...] | None = None  # the order the levels in force come from
+        self.memo: dict[tuple[str, ...] | None, dict[str, int]] = {}  # order -> levels of self.flows
 
     # --- state -------------------------------------------------------------
     @property
@@ -162,7 +162,7 @@ class Group:
         return t
 
     # --- events ----------------------------------------------------------------
-    def step(self, t: float, relevel: Optional[Callable[["Group", float], bool]]) -> list[RunJob]:
+    def step(self, t: float, relevel: Callable[[Group, float], bool] | None) -> list[RunJob]:
         """Process every event of the group at ``t``; return the jobs that finished.
 
         Only the jobs with a timer due or a flow just finished are looked at.

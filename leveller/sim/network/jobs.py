@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from leveller.errors import UserError
 
@@ -33,11 +34,11 @@ class JobSpec:
     """One job. ``hosts`` is None for a synthetic job placed at arrival on ``size`` free hosts."""
 
     name: str
-    hosts: Optional[tuple[str, ...]]
+    hosts: tuple[str, ...] | None
     compute: float
     bytes: float
     arrival: float = 0.0
-    iterations: Optional[int] = None
+    iterations: int | None = None
     slack: float = 0.0
     size: int = 0  # hosts wanted (synthetic jobs); len(hosts) otherwise
     model: str = ""  # catalog entry of a synthetic job

@@ -14,8 +14,9 @@ objects the live controller uses (no simulation-only branches there):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Protocol
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
@@ -26,18 +27,18 @@ from leveller.sim.network.topology import Network
 
 class NetPolicy(Protocol):
     name: str
-    tau: Optional[float]
+    tau: float | None
     overlap: bool
 
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         """New paths (one per flow, in flow order) for the jobs whose paths change."""
         ...
 
-    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+    def order(self, now: float, jobs: Sequence[RunJob]) -> list[str] | None:
         """Job names, highest priority first (None: no priority). Equal orders give equal levels."""
         ...
 
-    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+    def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
         """Level per flow name (K-1 highest) for ``flows`` of ``jobs`` (see :func:`flow_table`)."""
         ...
@@ -47,8 +48,8 @@ class NetPolicy(Protocol):
         ...
 
 
-def job_views(now: float, jobs: Sequence[RunJob], window: Optional[float] = None,
-              half_life: Optional[float] = None) -> list[JobView]:
+def job_views(now: float, jobs: Sequence[RunJob], window: float | None = None,
+              half_life: float | None = None) -> list[JobView]:
     """What the controller knows of each job: R (cumulative, or over a window, or decayed, as the
     controller's --rate-window / --rate-half-life), GPUs, compute and communication time alone."""
     return [JobView(j.name, rate=j.policy_rate(now, window, half_life), gpus=j.gpus, compute=j.spec.compute,
@@ -67,24 +68,24 @@ class RankedPolicy:
 
     core: Policy
     overlap: bool = False
-    rate_window: Optional[float] = None  # R over the last S seconds (leveller.core.rate)
-    rate_half_life: Optional[float] = None  # R decayed with this half-life
+    rate_window: float | None = None  # R over the last S seconds (leveller.core.rate)
+    rate_half_life: float | None = None  # R decayed with this half-life
 
     @property
     def name(self) -> str:
         return self.core.name
 
     @property
-    def tau(self) -> Optional[float]:
+    def tau(self) -> float | None:
         return None if self.core.tau is None else float(self.core.tau)
 
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         return {}
 
-    def order(self, now: float, jobs: Sequence[RunJob]) -> Optional[list[str]]:
+    def order(self, now: float, jobs: Sequence[RunJob]) -> list[str] | None:
         return self.core.order(job_views(now, jobs, self.rate_window, self.rate_half_life))
 
-    def levels(self, order: Optional[list[str]], jobs: Sequence[RunJob], flows: Mapping[str, Flow],
+    def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
         return assign_levels(order, flows, k)
 
@@ -94,8 +95,8 @@ class RankedPolicy:
 
 
 
-def make_net_policy(name: str, tau: float = 0.0, rate_window: Optional[float] = None,
-                    rate_half_life: Optional[float] = None) -> NetPolicy:
+def make_net_policy(name: str, tau: float = 0.0, rate_window: float | None = None,
+                    rate_half_life: float | None = None) -> NetPolicy:
     """The policy called ``name``; ``tau`` is leveller's re-ranking period (0 = every iteration end),
     ``rate_window`` / ``rate_half_life`` the R it ranks by (default: the paper's cumulative R)."""
     if name == "fair":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -78,9 +77,9 @@ class RunJob:
         self.profile: AloneProfile = reference
         self.period = self.ideal
         self.iterations = 0
-        self.finish: Optional[float] = None
+        self.finish: float | None = None
         self.rem = np.zeros(len(self.flows))  # remaining bytes per flow, while not inside a group
-        self.shift: Optional[float] = None  # one-shot: delay the next iteration start to this phase
+        self.shift: float | None = None  # one-shot: delay the next iteration start to this phase
         self.shift_ref = 0.0
         self.flushed = 0  # iterations already counted into link byte totals
         self.analytic = False
@@ -183,7 +182,7 @@ class RunJob:
         """R = iterations x ideal / (t - start)."""
         return float(progress_rate(self.iterations_at(t), self.ideal, self.start, max(t, self.start)))
 
-    def policy_rate(self, t: float, window: Optional[float] = None, half_life: Optional[float] = None) -> float:
+    def policy_rate(self, t: float, window: float | None = None, half_life: float | None = None) -> float:
         """The R a policy ranks by at ``t``: cumulative (as :meth:`rate_at`), over the last ``window`` s,
         or decayed with ``half_life`` (leveller.core.rate); keeps a (time, iterations) sample per call."""
         horizon = history_horizon(window, half_life)

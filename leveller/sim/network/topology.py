@@ -19,9 +19,10 @@ Specs accepted by :func:`load_network`:
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import networkx as nx
 import numpy as np

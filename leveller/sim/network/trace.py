@@ -18,7 +18,8 @@ min_hosts=1, max_hosts=16, min_s=120, max_s=1200, overlap=1 (0: no slack).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from leveller.sim.network.topology import Network
 DEFAULTS: dict[str, Any] = {"jobs": 200, "seed": 1, "load": 0.8, "placement": "contiguous", "min_hosts": 1,
                             "max_hosts": 16, "min_s": 120.0, "max_s": 1200.0, "overlap": 1}
 PLACEMENTS = ("contiguous", "scattered")
-Placer = Callable[[Sequence[str], int], Optional[tuple[str, ...]]]
+Placer = Callable[[Sequence[str], int], tuple[str, ...] | None]
 
 
 KINDS: dict[str, type] = {"jobs": int, "seed": int, "load": float, "placement": str, "min_hosts": int,
@@ -103,7 +104,7 @@ def make_placer(kind: str, order: Sequence[str], seed: int) -> Placer:
     position = {h: i for i, h in enumerate(order)}
     calls = [0]
 
-    def contiguous(free: Sequence[str], size: int) -> Optional[tuple[str, ...]]:
+    def contiguous(free: Sequence[str], size: int) -> tuple[str, ...] | None:
         if len(free) < size:
             return None
         run: list[str] = []
@@ -115,7 +116,7 @@ def make_placer(kind: str, order: Sequence[str], seed: int) -> Placer:
                 return tuple(run)
         return tuple(free[:size])
 
-    def scattered(free: Sequence[str], size: int) -> Optional[tuple[str, ...]]:
+    def scattered(free: Sequence[str], size: int) -> tuple[str, ...] | None:
         if len(free) < size:
             return None
         calls[0] += 1
