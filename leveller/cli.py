@@ -25,7 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "job": ("leveller.commands.job", "run the training-job emulator"),
     "config": ("leveller.commands.config", "check a --config TOML file of controller, agent or sdn"),
     "certs": ("leveller.commands.certs", "make a lab CA and certificates for mutual TLS"),
-    "switch-config": ("leveller.commands.switch_config", "print switch QoS configuration (SONiC, EOS, OVS) for K levels"),
+    "switch-config": ("leveller.commands.switch_config",
+                      "print switch QoS configuration (SONiC, EOS, OVS) for K levels"),
 }
 
 

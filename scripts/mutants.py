@@ -77,7 +77,7 @@ def diff_of(mutant: str) -> str:
 
     try:
         return "\n".join(get_diff_for_mutant(mutant, path=source_of(mutant)).splitlines()[2:])
-    except Exception as exc:
+    except Exception as exc:  # a diff is a courtesy of the report, never its failure
         return f"(no diff: {exc})"
 
 

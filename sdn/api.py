@@ -100,7 +100,8 @@ def batch_links(logic: Any, body: bytes, max_bytes: int = MAX_BODY_BYTES) -> dic
     """The answer of POST /links: link names once, each flow's path as indices into them."""
     value = loads(body, max_bytes) if body.strip() else None
     if not isinstance(value, dict) or "flows" not in value:
-        raise SchemaError("body", f'expected {{"flows": [[src, dst, sport, dport, proto], ...]}}; got {json_type(value)}')
+        raise SchemaError("body", 'expected {"flows": [[src, dst, sport, dport, proto], ...]}; '
+                                  f"got {json_type(value)}")
     for key in value:
         if key != "flows":
             raise SchemaError(key, "unknown field; allowed: flows")

@@ -114,7 +114,7 @@ class LevellerApp(app_manager.OSKenApp):
     def _keep_classifiers(self, dpid: int) -> None:
         if self.cfg.queue_mode != "tc":
             return
-        for port_no, name in sorted(self.port_names.get(dpid, {}).items()):
+        for _port_no, name in sorted(self.port_names.get(dpid, {}).items()):
             if tcmap.ensure_filters(name, self.cfg.level_map):
                 LOG.info("DSCP classifier installed on %s", name)
 
@@ -142,7 +142,7 @@ class LevellerApp(app_manager.OSKenApp):
             return self._tc_queues()
         now = time.time()
         out = []
-        level_of_queue = {q: l for l, q in enumerate(self.logic.level_map.queue)}
+        level_of_queue = {q: lv for lv, q in enumerate(self.logic.level_map.queue)}
         for (dpid, port, queue), st in sorted(self.queue_stats.items()):
             sw = self.logic.topo.switch_by_dpid(dpid)
             out.append({"switch": sw.name if sw else None, "dpid": dpid, "port": port,
@@ -155,7 +155,7 @@ class LevellerApp(app_manager.OSKenApp):
 
     def _tc_queues(self) -> list[dict[str, Any]]:
         out = []
-        level_of_queue = {q: l for l, q in enumerate(self.logic.level_map.queue)}
+        level_of_queue = {q: lv for lv, q in enumerate(self.logic.level_map.queue)}
         for dpid, names in sorted(self.port_names.items()):
             sw = self.logic.topo.switch_by_dpid(dpid)
             for port, name in sorted(names.items()):

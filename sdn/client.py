@@ -41,7 +41,8 @@ class SdnClient:
     def health(self) -> dict[str, Any]:
         return self._get("/health")
 
-    def path(self, src: str, dst: str, sport: int = 0, dport: int = 0, proto: str | int = "tcp") -> dict[str, Any] | None:
+    def path(self, src: str, dst: str, sport: int = 0, dport: int = 0,
+             proto: str | int = "tcp") -> dict[str, Any] | None:
         return self._get("/paths", src=src, dst=dst, sport=sport, dport=dport, proto=proto)
 
     def paths(self, flows: list[dict[str, Any]], batch: int = 8192) -> list[dict[str, Any] | None]:

@@ -14,7 +14,6 @@ Pipeline on every switch:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from leveller.core.paths import Path
 
@@ -63,7 +62,7 @@ class PacketOut:
     data: bytes = field(repr=False)
 
 
-Msg = Union[AddFlow, DeleteFlows, PacketOut]
+Msg = AddFlow | DeleteFlows | PacketOut
 
 
 def switch_setup(dpid: int, level_map: LevelMap, set_queue: bool) -> list[Msg]:

@@ -39,7 +39,7 @@ def lock_path(dev: str, netns: str | None, lock_dir: Path = LOCK_DIR) -> Path:
 @contextlib.contextmanager
 def claim_device(dev: str, netns: str | None = None, lock_dir: Path = LOCK_DIR) -> Iterator[int]:
     """Hold the interface for this agent; yields how many stale leveller filters were removed."""
-    from leveller.agent.datapath import cleanup_stale
+    from leveller.agent.datapath import cleanup_stale  # needs pyroute2
 
     path = lock_path(dev, netns, lock_dir)  # checks the names before anything touches a file
     where = dev + (f" in netns {netns}" if netns else "")

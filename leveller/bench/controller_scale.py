@@ -91,7 +91,7 @@ def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
 def _decide_child(flows: int, seed: int, runs: int, conn: Any) -> None:
     try:
         conn.send(("ok", decide_figures(flows, seed, runs)))
-    except BaseException as exc:
+    except BaseException as exc:  # reported to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
@@ -168,7 +168,7 @@ def _agents_child(address: str, indices: list[int], count: int, per_agent: int, 
         out = asyncio.run(_agents_main(address, [(i, flows[i]) for i in indices], rates, count, start_at,
                                        tau_s, until))
         conn.send(("ok", out))
-    except BaseException as exc:
+    except BaseException as exc:  # reported to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
@@ -303,7 +303,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
             say(f"{count} agents x {flows_per_agent} flows, tau {tau_s:g} s: {phase}, {left:.0f} s left")
             time.sleep(min(1.0, max(0.05, left)))
         outs = []
-        for proc, parent in procs:
+        for _proc, parent in procs:
             if not parent.poll(30 + 3 * tau_s):
                 raise RuntimeError("an emulated agent process did not finish in time")
             status, value = parent.recv()
@@ -356,7 +356,7 @@ def _step_loop(ctl: Any, first_tick: float, tau_s: float, until: float, stop: th
         begin = time.time()
         try:
             ctl.step(begin)
-        except Exception:
+        except Exception:  # a failed step still took its time
             pass
         out.append((tick, begin, time.time()))
         tick += tau_s

@@ -149,9 +149,10 @@ def _iperf(pair: Any, seconds: float) -> float:
     raise RuntimeError(f"iperf3 failed: {out['error']}")
 
 
-def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0, progress: Progress | None = None) -> DatapathBenchResult:
+def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0,
+        progress: Progress | None = None) -> DatapathBenchResult:
     """Run the whole benchmark; see the module docstring."""
-    from leveller.agent.datapath import Datapath
+    from leveller.agent.datapath import Datapath  # bcc
     from leveller.testbed.vethpair import VethPair
 
     if isinstance(flows, bool) or not isinstance(flows, int) or not 1 <= flows <= MAX_FLOWS:
@@ -164,7 +165,8 @@ def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0, progress: Pro
 
     with VethPair(prefix="lvb") as pair:
         keys, _pos = bench_flows(pair.ip_a, pair.ip_b, flows)
-        server = subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-B", str(pair.ip_b), "-p", str(IPERF_PORT)]),
+        server = subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-B", str(pair.ip_b),
+                                                           "-p", str(IPERF_PORT)]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             say(f"loading {flows} iptables rules")
@@ -242,4 +244,5 @@ def _check_iptables_marked(ns: str, rulenum: int) -> None:
     # -L CHAIN N prints one rule; with -v -x the first column is its packet count.
     out = _iptables(ns, "-L", CHAIN, str(rulenum), "-v", "-x", "-n").split()
     if not out or not out[0].isdigit() or int(out[0]) == 0:
-        raise RuntimeError(f"the iptables rule for the iperf3 flow matched no packet: the benchmark is invalid ({out[:3]})")
+        raise RuntimeError("the iptables rule for the iperf3 flow matched no packet: "
+                           f"the benchmark is invalid ({out[:3]})")

@@ -212,7 +212,8 @@ class FrameStream:
 
         r = self.rng
         if f[5] == 6:
-            opts = r.choice(([], [("MSS", 1460)], [("NOP", None), ("NOP", None), ("Timestamp", (r.randrange(1 << 32), 0))],
+            opts = r.choice(([], [("MSS", 1460)],
+                             [("NOP", None), ("NOP", None), ("Timestamp", (r.randrange(1 << 32), 0))],
                              [("SAckOK", b""), ("WScale", 7)]))
             l4 = TCP(sport=f[3], dport=f[4], seq=r.randrange(1 << 32), ack=r.randrange(1 << 32),
                      flags=r.choice(("S", "SA", "A", "PA", "FA", "R")), window=r.randrange(65536), options=opts)

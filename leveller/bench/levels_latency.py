@@ -242,7 +242,7 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                 procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(p)]),
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for p, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
-                _wait(lambda: _listening(pair.ns_b, p), 10, f"iperf3 server on port {p}", 0.05)
+                _wait(lambda p=p: _listening(pair.ns_b, p), 10, f"iperf3 server on port {p}", 0.05)
                 procs.append(subprocess.Popen(pair.exec_in(pair.ns_a, [
                     "iperf3", "-c", str(pair.ip_b), "-p", str(p), "-u", "-b", rate, "-l", str(PACKET_BYTES),
                     "-t", seconds]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -268,7 +268,7 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                 say(f"sample {i + 1}/{samples}")
                 top, low = ("probe", "other") if i % 2 == 0 else ("other", "probe")
                 log.bump(low, max(log.iters.values()) + 1)  # lower R for `top`: it gets level 1
-                _wait(lambda: _iterations(ctl, low) == log.iters[low], 10, f"the report of {low}")
+                _wait(lambda low=low: _iterations(ctl, low) == log.iters[low], 10, f"the report of {low}")
                 time.sleep(rng.uniform(0, report_interval_s))
                 want = level_map.dscp[1] if top == "probe" else level_map.dscp[0]
                 t0 = time.time()

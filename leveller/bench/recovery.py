@@ -209,7 +209,8 @@ def simulate_recovery(setup: SimSetup, modes: Sequence[RateMode], measure_s: flo
                             rate_half_life=None if mode.half_life_s is None else Fraction(mode.half_life_s),
                             starve=starve, record_ends=True)
         ends = {names[i]: [float(t) for t in res.ends[i]] for i in range(len(jobs))}
-        out.append(recovery_figures(mode, ends, {n: 0.0 for n in names}, {n: float(j.ideal) for n, j in zip(names, jobs)},
+        out.append(recovery_figures(mode, ends, {n: 0.0 for n in names},
+                                    {n: float(j.ideal) for n, j in zip(names, jobs)},
                                     d, setup.horizon_s, setup.warmup_s, measure_s, hold_s, band))
     return out
 
@@ -250,7 +251,7 @@ def network_recovery(modes: Sequence[RateMode], disturbance: Disturbance, horizo
         on_mode(mode.name)
         ends: dict[str, list[float]] = {s.name: [] for s in specs}
 
-        def record(t: float, sim: Simulation) -> None:
+        def record(t: float, sim: Simulation, ends: dict[str, list[float]] = ends) -> None:
             for j in sim.running.values():
                 done = j.iterations_at(t)
                 while len(ends[j.name]) < done:

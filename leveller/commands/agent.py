@@ -165,7 +165,9 @@ def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """SIGINT/SIGTERM set ``stop`` instead of raising where they land, so shutdown always takes
     the normal path (clear marks, detach BPF); SIGUSR1 dumps every thread's stack to stderr."""
-    handler = lambda _sig, _frame: stop.set()
+    def handler(_sig: int, _frame: object) -> None:
+        stop.set()
+
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:

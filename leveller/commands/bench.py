@@ -18,7 +18,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "shim": ("leveller.commands.bench_shim", "RDMA shim: queue-pair resurrection pause"),
     "levels": ("leveller.commands.bench_levels", "latency from a controller level change to DSCP on the wire"),
     "fuzz-marker": ("leveller.commands.bench_fuzz_marker", "fuzzed frames through the eBPF marker, invariants checked"),
-    "network-sim": ("leveller.commands.bench_network", "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
+    "network-sim": ("leveller.commands.bench_network",
+                    "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
     "controller": ("leveller.commands.bench_controller", "controller and enforcement at cluster scale"),
 }
 

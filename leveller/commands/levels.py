@@ -148,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"--input {args.input}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise UserError(f"--input {args.input}: malformed JSON at line {exc.lineno} column {exc.colno}: "
+                        f"{exc.msg}") from None
     del text
     inp = parse_input(data)
     del data
@@ -176,6 +177,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="FILE", help="JSON file with jobs (rates) and flows (links)")
-    parser.add_argument("--levels", type=int, required=True, metavar="K", help="number of switch priority levels (>= 1)")
+    parser.add_argument("--levels", type=int, required=True, metavar="K",
+                        help="number of switch priority levels (>= 1)")
     parser.add_argument("--json", action="store_true", help="print {\"levels\": {flow: level}}")
     parser.set_defaults(func=run)

@@ -215,9 +215,11 @@ def print_tables(results: list[Any], note: str, args: argparse.Namespace) -> Non
                                                                     args.policy or args.policy == "all" else ""))
     for col in ("policy", "jobs", "min R", "p10 R", "avg R", "GPU util", "events", "wall s"):
         table.add_column(col, justify="right")
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
     for r in results:
         s = r.summary()
-        fmt = (lambda v: "-" if v is None else f"{v:.3f}")
         table.add_row(r.policy, str(len(r.rates)), fmt(s["min"]), fmt(s["p10"]), fmt(s["avg"]),
                       f"{s['gpu_utilization']:.3f}", str(s["events"]), f"{s['wall_seconds']:.1f}")
     console.print(table)

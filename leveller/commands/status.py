@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     age = status.get("decision_age_s")
     stale = age is not None and age >= status["lease_s"]
-    console.print(f"controller {status['controller']}: policy {status['policy']}, K={status['levels']}, tau={status['tau_s']} s, "
+    console.print(f"controller {status['controller']}: policy {status['policy']}, K={status['levels']}, "
+                  f"tau={status['tau_s']} s, "
                   f"epoch {status['epoch']}"
                   + ("" if age is None else f", decided {age:.1f} s ago" + (
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"

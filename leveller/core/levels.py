@@ -94,6 +94,14 @@ def prune(rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links:
     return levels
 
 
+def _find(parent: list[int], x: int) -> int:
+    """Union-find root of x, halving the path on the way."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
 def _prune_small(rank: list[int], inc_flow: list[int], inc_link: list[int], k: int) -> list[int]:
     """prune() in plain Python with union-find: for small inputs, where numpy's and scipy's fixed
     cost per call (about 0.25 ms) would dominate (the link simulator decides thousands of times)."""
@@ -109,29 +117,22 @@ def _prune_small(rank: list[int], inc_flow: list[int], inc_link: list[int], k: i
             for lk in links_of[f]:
                 on_link.setdefault(lk, []).append(f)
         parent = list(range(n))
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
         for members in on_link.values():
             first = rank[members[0]]
             if any(rank[f] != first for f in members):  # contended: join every flow on it
-                root = find(members[0])
+                root = _find(parent, members[0])
                 for f in members[1:]:
-                    other = find(f)
+                    other = _find(parent, f)
                     if other != root:
                         parent[other] = root
         top: dict[int, int] = {}
         for f in alive:
-            root = find(f)
+            root = _find(parent, f)
             if rank[f] < top.get(root, rank[f] + 1):
                 top[root] = rank[f]
         rest = []
         for f in alive:
-            if rank[f] == top[find(f)]:
+            if rank[f] == top[_find(parent, f)]:
                 levels[f] = level
             else:
                 rest.append(f)

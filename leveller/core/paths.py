@@ -63,7 +63,7 @@ def graph(topo: Topology) -> nx.Graph:
     g = nx.Graph()
     g.add_nodes_from(h.name for h in topo.hosts)
     g.add_nodes_from(s.name for s in topo.switches)
-    g.add_edges_from((l.a, l.b) for l in topo.links)
+    g.add_edges_from((lk.a, lk.b) for lk in topo.links)
     return g
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Union
 
-Number = Union[int, float, Fraction]
+Number = int | float | Fraction
 Sample = tuple[Number, Number]  # (time, iterations done by then)
 DECAY_HORIZON = 10  # half-lives of history a decayed R needs (older weight: < 0.1 %)
 

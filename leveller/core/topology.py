@@ -122,7 +122,7 @@ class Topology:
             "subnet": self.subnet,
             "hosts": [{"name": h.name, "ip": h.ip} | ({"ip6": h.ip6} if h.ip6 else {}) for h in self.hosts],
             "switches": [{"name": s.name, "dpid": s.dpid} for s in self.switches],
-            "links": [{"a": l.a, "b": l.b, "rate_mbps": l.rate_mbps} for l in self.links],
+            "links": [{"a": lk.a, "b": lk.b, "rate_mbps": lk.rate_mbps} for lk in self.links],
         }
         if self.subnet6:
             out["subnet6"] = self.subnet6
@@ -164,7 +164,7 @@ def _levels(value: Any) -> int:
 
 def host_mac(index: int) -> str:
     """Deterministic locally administered MAC for the index-th host (1-based)."""
-    return "02:1e:00:00:%02x:%02x" % (index >> 8 & 0xFF, index & 0xFF)
+    return f"02:1e:00:00:{index >> 8 & 0xFF:02x}:{index & 0xFF:02x}"
 
 
 def _host_ip6(net6: ipaddress.IPv6Network | None, entry: Mapping[str, Any], i: int, used: set[str]) -> str:
@@ -276,7 +276,8 @@ def topology_from_dict(data: Mapping[str, Any]) -> Topology:
         a, b = entry["a"], entry["b"]
         for end, node in (("a", a), ("b", b)):
             if node not in names:
-                raise _err(f"links[{i}].{end}", node, f"a host or switch defined in this file ({', '.join(sorted(names))})")
+                raise _err(f"links[{i}].{end}", node,
+                           f"a host or switch defined in this file ({', '.join(sorted(names))})")
         if a == b:
             raise _err(f"links[{i}].b", b, "a link must join two different nodes")
         if a in host_names and b in host_names:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
@@ -175,7 +175,8 @@ def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, ti
 
 def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
                settings: LiveSettings, tick: Tick = _noop,
-               background: Callable[[], ContextManager[Any]] | None = None, controller_args: Sequence[str] = (),
+               background: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+               controller_args: Sequence[str] = (),
                port: int | None = None, declare_ideal: bool = True,
                compute_changes: Mapping[str, tuple[tuple[float, float], ...]] | None = None) -> RunOutput:
     """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.

@@ -72,16 +72,16 @@ def acceptance(doc: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
             checks.append((name, bool(test(*values)), detail(*values)))
 
     add(f"pair leveller min R >= {PAIR_LEVELLER_MIN}", [_get(doc, "pair", "leveller")],
-        lambda l: min(l) >= PAIR_LEVELLER_MIN, lambda l: f"min {min(l):.3f}")
+        lambda lk: min(lk) >= PAIR_LEVELLER_MIN, lambda lk: f"min {min(lk):.3f}")
     add(f"pair fair min R <= {PAIR_FAIR_MIN_MAX}", [_get(doc, "pair", "fair")],
         lambda f: min(f) <= PAIR_FAIR_MIN_MAX, lambda f: f"min {min(f):.3f}")
     add(f"pair crux job 2 R <= {PAIR_CRUX_JOB2_MAX}", [_get(doc, "pair", "crux")],
         lambda c: c[1] <= PAIR_CRUX_JOB2_MAX, lambda c: f"job 2 {c[1]:.3f}")
     add(f"trio leveller min R >= {TRIO_LEVELLER_MIN}", [_get(doc, "trio", "leveller")],
-        lambda l: min(l) >= TRIO_LEVELLER_MIN, lambda l: f"min {min(l):.3f}")
+        lambda lk: min(lk) >= TRIO_LEVELLER_MIN, lambda lk: f"min {min(lk):.3f}")
     add(f"trio leveller min R >= fair min R + {TRIO_GAIN_OVER_FAIR}",
         [_get(doc, "trio", "leveller"), _get(doc, "trio", "fair")],
-        lambda l, f: min(l) >= min(f) + TRIO_GAIN_OVER_FAIR, lambda l, f: f"{min(l):.3f} vs {min(f):.3f}")
+        lambda lk, f: min(lk) >= min(f) + TRIO_GAIN_OVER_FAIR, lambda lk, f: f"{min(lk):.3f} vs {min(f):.3f}")
     return checks
 
 

@@ -21,9 +21,9 @@ the kernel paces every sending socket (SO_MAX_PACING_RATE), so the rate holds
 even without a shaped bottleneck (loopback tests). With ``--window BYTES`` every
 connection's TCP window is clamped (TCP_WINDOW_CLAMP), bounding the bytes a flow
 has in flight. With ``--compute-change UNIX_TIME:C`` iterations that start from
-then on compute C seconds (a drifting job, for re-profiling): below a switch queue's size, a flow starved by strict priority
-waits in the queue instead of losing packets (what a lossless class gives). At the end the worker
-prints ``leveller-done job=J rank=R iterations=N sent=BYTES received=BYTES``.
+then on compute C seconds (a drifting job, for re-profiling): below a switch queue's size, a
+flow starved by strict priority waits in the queue instead of losing packets (what a lossless
+class gives). At the end the worker prints ``leveller-done job=J rank=R iterations=N sent=BYTES received=BYTES``.
 """
 
 from __future__ import annotations

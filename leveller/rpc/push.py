@@ -120,7 +120,7 @@ class LevelsWatcher:
 
     def _connect(self, address: str) -> None:
         from leveller.rpc.tls import channel
-        from leveller.rpc.transport import client_options
+        from leveller.rpc.transport import client_options  # transport imports this module's peers
 
         with self._lock:
             if self._stop.is_set():

@@ -151,7 +151,7 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),
     }
     if hasattr(handler, "wait_levels") and threads > 4:
-        from leveller.rpc.push import watch_method
+        from leveller.rpc.push import watch_method  # push imports this module's peers
         methods["Watch"] = watch_method(handler, secret, clock, max_message_bytes,  # type: ignore[arg-type]
                                         on_reject, max_watchers=threads - 4, tls=tls is not None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))

@@ -93,7 +93,7 @@ class Testbed:
                                "switch": topo.host_link(h.name).b} for h in topo.hosts},
             "switches": [s.name for s in topo.switches],
             "dpids": {s.name: s.dpid for s in topo.switches},
-            "links": [{"a": l.a, "b": l.b, "rate_mbps": l.rate_mbps} for l in topo.links],
+            "links": [{"a": lk.a, "b": lk.b, "rate_mbps": lk.rate_mbps} for lk in topo.links],
             "processes": {d: ovs.alive(d) for d in ("ovsdb-server", "ovs-vswitchd")}
             | {"sdn": bool(state.sdn_pid and pid_alive(state.sdn_pid, str(self.run_dir)))},
             "forwarding": self.forwarding(),

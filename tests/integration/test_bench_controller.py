@@ -41,7 +41,8 @@ def test_bench_controller_json_contract_and_cleanup() -> None:
     mark = f"LEVELLER_TEST_MARK={uuid.uuid4().hex}"
     programs = _our_programs()
     r = subprocess.run([sys.executable, "-m", "leveller.cli", "bench", "controller", "--flows", "300,900",
-                        "--agents", "20", "--flows-per-agent", "10", "--tau", "0.5", "--duration", "1.5", "--warmup", "6",
+                        "--agents", "20", "--flows-per-agent", "10", "--tau", "0.5", "--duration", "1.5",
+                        "--warmup", "6",
                         "--processes", "2", "--json"], capture_output=True, text=True, timeout=230,
                        env=dict(os.environ, LEVELLER_TEST_MARK=mark.split("=")[1]))
     assert r.returncode == 0, r.stderr[-3000:]

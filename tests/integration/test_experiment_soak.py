@@ -49,7 +49,8 @@ def test_short_soak_reports_every_service_and_leaves_nothing(tmp_path: Path) -> 
     assert doc["cleanup"] == {"clean": True, "namespaces": [], "processes": [], "files": []}
     assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
     saved = json.loads((tmp_path / "soak.json").read_text())
-    assert set(saved["series"]) == SERVICES and len(saved["series"]["controller"]) == doc["processes"]["controller"]["samples"]
+    assert set(saved["series"]) == SERVICES
+    assert len(saved["series"]["controller"]) == doc["processes"]["controller"]["samples"]
     # a series per service, in the colour cycle's order (lines of equal values overlap: the legend's
     # sample of each line, about 35 pixels, is what every series is sure to show)
     from tests.pictures import colour_pixels, cycle_colours

@@ -56,7 +56,9 @@ def test_ctrl_c_tears_everything_down(tmp_path: Path) -> None:
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         work = f"/run/leveller/{name}.work"
-        running = lambda: sum("leveller.jobs.worker" in a for a in argvs_mentioning(work))
+        def running() -> int:
+            return sum("leveller.jobs.worker" in a for a in argvs_mentioning(work))
+
         wait_until(lambda: running() >= 2, 120, lambda: f"a job to run: {out.read_text()[-2000:]}", step_s=0.2)
         time.sleep(1)
         assert proc.poll() is None

@@ -136,7 +136,8 @@ def test_flood_of_names_is_forgotten_after_stale_after(ctl: tuple[str, int]) -> 
         call = channel.unary_unary(REPORT)
         for i in range(300):
             body = encode(report(f"flood{i}", f"floodjob{i}", 1, run=new_run_id(), seq=1, port=41000 + i))
-            call.with_call(body, timeout=10, metadata=auth.metadata(key, REPORT, time.time(), body))  # raises if refused
+            # raises if refused
+            call.with_call(body, timeout=10, metadata=auth.metadata(key, REPORT, time.time(), body))
     steady_run = new_run_id()
 
     def only_steady() -> bool:

@@ -47,12 +47,14 @@ DSCP_TOP = 8  # level 1 of the default K=2 map; level 0 is DSCP 0 (unmarked)
 
 
 def controller(tmp: Path, port: int, *extra: str) -> Proc:
-    return leveller_proc(tmp / "controller.out", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3", "--lease", "1.5",
+    return leveller_proc(tmp / "controller.out", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3",
+                "--lease", "1.5",
                 *extra, env=ENV)
 
 
 def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "agent") -> Proc:
-    return leveller_proc(tmp / f"{name}.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha", "--log", str(log),
+    return leveller_proc(tmp / f"{name}.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha",
+                "--log", str(log),
                 "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}", "--ideal-time", "live=0.2",
                 "--dev", dev, "--netns", netns, "--interval", "0.2", env=ENV)
 

@@ -47,7 +47,8 @@ def test_a_job_with_slack_yields_in_its_window_keeps_its_rate_and_the_other_job_
     (plain, plain_marks), (ovl, ovl_marks) = runs["plain"], runs["overlap"]
     top = max(plain_marks)
     print(f"R plain {plain}, with the overlap rule {ovl}; A's DSCP samples: plain "
-          f"{ {d: plain_marks.count(d) for d in set(plain_marks)} }, overlap { {d: ovl_marks.count(d) for d in set(ovl_marks)} }")
+          f"{ {d: plain_marks.count(d) for d in set(plain_marks)} }, "
+          f"overlap { {d: ovl_marks.count(d) for d in set(ovl_marks)} }")
     # crux keeps A on top all the time; with the rule A sits on the lowest level for its windows
     # (0.5 s of every 0.8 s iteration, ~60% of the samples)
     assert top > 0 and set(plain_marks) == {top}

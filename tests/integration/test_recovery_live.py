@@ -26,7 +26,7 @@ def test_cumulative_r_repays_the_deficit_decayed_r_forgets_it() -> None:
                                           f"{r['starved_iterations']}, j1 first after {r['j1_first_after']:.2f}"
                                           for r in rows))
     cum, dec = runs
-    for r, row in zip(runs, rows):
+    for _run, row in zip(runs, rows):
         assert row["starved_iterations"] <= 1  # the flood really starved j1 (about 17 iterations else)
         assert row["steady_min"] > 0.7  # leveller's pair before the flood (0.857 in the model)
     _, end = cum.flood

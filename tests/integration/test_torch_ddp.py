@@ -4,8 +4,8 @@ Rank 0 runs in ns_b, rank 1 in ns_a, each in its own fresh cgroup v2. A
 `leveller controller` and a `leveller agent` (eBPF datapath on ns_a's veth end,
 flows attributed only by --job-cgroup) run as processes. Checks: the model
 really trains (loss down, replicas kept equal by the all-reduces); the agent
-reports the job's iterations from the hook's log lines; the kernel attributes the gradient traffic to the job by the sending
-socket's cgroup id, with byte counts matching the gradient size; a flow from
+reports the job's iterations from the hook's log lines; the kernel attributes the gradient
+traffic to the job by the sending socket's cgroup id, with byte counts matching the gradient size; a flow from
 outside the cgroup is neither attributed nor marked; and the job's packets
 carry the controller's top-level DSCP on the wire.
 """

@@ -40,7 +40,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[Report], int]:
     jobs = [JobReport(f"j{i}", iters[i], starts[i], ideal[i]) for i in range(n_jobs)]
     hosts = draw(st.lists(st.sampled_from(HOSTS), min_size=2, max_size=5, unique=True))
     reports = []
-    for h_i, host in enumerate(hosts):
+    for host in hosts:
         mine = draw(st.lists(st.integers(0, n_jobs - 1), min_size=1, max_size=n_jobs, unique=True))
         flows = []
         for j in mine:

@@ -140,7 +140,7 @@ def test_job_shifts_on_a_chain_keep_every_links_best_score() -> None:
     c = CircleJob("c", 2.0, ((0.0, 0.5, 1.0), (1.1, 0.3, 1.0)))
     links = {"l1": [a, b], "l2": [b, c]}
     shifts = cassini.job_shifts(links, 0.05, CAP)
-    for link, jobs in links.items():
+    for jobs in links.values():
         best, _ = cassini.link_rotations(jobs, 0.05, CAP)
         assert best == pytest.approx(1.0)
         assert cassini.compatibility(jobs, {j.name: shifts[j.name] for j in jobs}, 0.05, CAP) == pytest.approx(best)

@@ -303,7 +303,8 @@ def test_values_at_the_bounds_are_accepted() -> None:
 def test_least_congested_path_prefers_the_lowest_busiest_link_then_the_lowest_sum() -> None:
     cap = {"a": 10.0, "b": 10.0, "c": 10.0, "d": 20.0}
     assert crux.least_congested_path([["a"], ["b"]], {"a": 5.0}, cap) == 1
-    assert crux.least_congested_path([["a", "b"], ["c"]], {"a": 1.0, "b": 1.0, "c": 1.0}, cap) == 1  # same max, lower sum
+    # same max, lower sum
+    assert crux.least_congested_path([["a", "b"], ["c"]], {"a": 1.0, "b": 1.0, "c": 1.0}, cap) == 1
     assert crux.least_congested_path([["a"], ["d"]], {"a": 4.0, "d": 9.0}, cap, demand=1.0) == 0  # 0.5 vs 0.5: first
     assert crux.least_congested_path([["a"]], {}, cap) == 0
     chosen, load = crux.assign_paths([("x", [["a"], ["b"]], 3.0), ("y", [["a"], ["b"]], 2.0)], cap, {"a": 1.0})

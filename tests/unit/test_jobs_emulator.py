@@ -43,7 +43,10 @@ def test_push_pace_is_compute_plus_communication(tmp_path: Path) -> None:
     spec = JobSpec("pace", (LOOP, LOOP), compute_s=0.2, comm_s=0.2, rate_bps=100e6,
                    port=free_port_block(2), duration_s=6.0, pace=True)
     times: list[float] = []
-    on_line = lambda rank, line: times.append(float(line.rsplit("t=", 1)[1])) if rank == 0 else None
+    def on_line(rank: int, line: str) -> None:
+        if rank == 0:
+            times.append(float(line.rsplit("t=", 1)[1]))
+
     with JobRun(spec, log=str(log), on_line=on_line) as job:
         results = job.wait()
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
@@ -123,7 +126,10 @@ def test_compute_time_changes_mid_run(tmp_path: Path) -> None:
     spec = JobSpec("drift", (LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
                    duration_s=4.0, compute_changes=((1.5, 0.3),))
     times: list[float] = []
-    on_line = lambda rank, line: times.append(float(line.rsplit("t=", 1)[1])) if rank == 0 else None
+    def on_line(rank: int, line: str) -> None:
+        if rank == 0:
+            times.append(float(line.rsplit("t=", 1)[1]))
+
     with JobRun(spec, on_line=on_line) as job:
         results = job.wait()
         start = job.started_at

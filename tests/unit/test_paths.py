@@ -170,7 +170,8 @@ def test_router_picks_exactly_what_choose_path_picks() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet="0123456789.", max_size=16) | st.from_regex(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", fullmatch=True))
+@given(st.text(alphabet="0123456789.", max_size=16)
+       | st.from_regex(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", fullmatch=True))
 def test_fast_ipv4_check_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
     import ipaddress
 

@@ -19,7 +19,7 @@ def test_defaults_avoid_reserved_dscp_and_keep_unmarked_lowest(k):
     assert m.levels == k and m.dscp[0] == 0
     assert not set(m.dscp) & set(RESERVED_DSCP)
     assert len(set(m.dscp)) == k
-    assert [m.queue_for_dscp(m.dscp_for_level(l)) for l in range(k)] == list(range(k))
+    assert [m.queue_for_dscp(m.dscp_for_level(lv)) for lv in range(k)] == list(range(k))
 
 
 def test_unknown_dscp_goes_to_lowest_queue():

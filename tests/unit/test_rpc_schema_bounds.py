@@ -188,7 +188,8 @@ def test_flows_at_most_65536() -> None:
 
 
 def test_top_level_fields_and_version() -> None:
-    refused(report_from_wire, report(extra=1), "extra", "unknown field; allowed: flows, flows_dscp, host, jobs, run, seq, v")
+    refused(report_from_wire, report(extra=1), "extra",
+            "unknown field; allowed: flows, flows_dscp, host, jobs, run, seq, v")
     msg = report()
     del msg["host"]
     refused(report_from_wire, msg, "host", "missing")

@@ -11,6 +11,7 @@ import struct
 from typing import Any
 
 import pytest
+from os_ken.base import app_manager  # noqa: F401  (os-ken's import order: app_manager first)
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 

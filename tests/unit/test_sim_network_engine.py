@@ -87,7 +87,9 @@ def test_iterations_limit_finishes_and_frees_hosts_for_the_queue() -> None:
     net = load_network("dumbbell")
     first = JobSpec("a", None, 1.0, 1e6, 0.0, 5, 0.0, size=4)
     second = JobSpec("b", None, 1.0, 1e6, 0.5, 3, 0.0, size=4)
-    placer = lambda free, size: tuple(free[:size]) if len(free) >= size else None
+    def placer(free, size):
+        return tuple(free[:size]) if len(free) >= size else None
+
     result = Simulation(net, [first, second], make_net_policy("fair"), 2, placer=placer).run()
     a, b = result.jobs
     assert a.iterations == 5 and b.iterations == 3

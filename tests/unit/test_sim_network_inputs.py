@@ -150,5 +150,5 @@ def test_ecmp_is_the_sdn_apps_choice() -> None:
     for sport in range(40):
         key = flow_key(net.ip("h1"), net.ip("h5"), 40000 + sport, 29500)
         expected = choose_path(net.topo, key).links
-        assert tuple(net.links[l] for l in net.ecmp("h1", "h5", key)) == expected
+        assert tuple(net.links[lk] for lk in net.ecmp("h1", "h5", key)) == expected
     assert len(net.candidates("h1", "h5")) == 4

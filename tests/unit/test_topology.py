@@ -26,7 +26,7 @@ def test_dumbbell_shape_and_rates():
     assert [h.name for h in t.hosts] == ["h1", "h2", "h3", "h4"]
     assert [h.ip for h in t.hosts] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
     assert t.host_link("h1").b == "s1" and t.host_link("h4").b == "s2"
-    bottleneck = [l for l in t.links if {l.a, l.b} == {"s1", "s2"}]
+    bottleneck = [lk for lk in t.links if {lk.a, lk.b} == {"s1", "s2"}]
     assert len(bottleneck) == 1 and bottleneck[0].rate_mbps == 50.0
     # s1: port 1 = bottleneck (first link), then h1, h2
     assert t.switch_ports("s1") == [(1, "s2", 50.0), (2, "h1", 1000.0), (3, "h2", 1000.0)]

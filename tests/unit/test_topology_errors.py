@@ -127,7 +127,7 @@ def test_a_good_file_builds_with_its_ports_addresses_and_dpids() -> None:
     assert [(h.name, h.ip, h.mac) for h in t.hosts] == [("h1", "10.0.0.1", "02:1e:00:00:00:01"),
                                                         ("h2", "10.0.0.9", "02:1e:00:00:00:02")]
     assert [(s.name, s.dpid) for s in t.switches] == [("s1", 1), ("s2", 7)]
-    assert [(l.a, l.b, l.rate_mbps, l.a_port, l.b_port) for l in t.links] == [
+    assert [(lk.a, lk.b, lk.rate_mbps, lk.a_port, lk.b_port) for lk in t.links] == [
         ("h1", "s1", 100.0, 0, 1), ("s1", "s2", 10.0, 2, 1), ("s2", "h2", 100.0, 2, 0)]
     assert t.levels == 4 and t.subnet == "10.0.0.0/24"
     h2 = t.host_link("h2")  # listed as s2-h2: oriented host -> switch
@@ -159,14 +159,14 @@ def test_dumbbell_preset_pinned() -> None:
     assert [(h.name, h.ip) for h in t.hosts] == [("h1", "10.0.0.1"), ("h2", "10.0.0.2"), ("h3", "10.0.0.3"),
                                                  ("h4", "10.0.0.4")]
     assert [(s.name, s.dpid) for s in t.switches] == [("s1", 1), ("s2", 2)]
-    assert [(l.a, l.b, l.rate_mbps, l.a_port, l.b_port) for l in t.links] == [
+    assert [(lk.a, lk.b, lk.rate_mbps, lk.a_port, lk.b_port) for lk in t.links] == [
         ("s1", "s2", 50.0, 1, 1), ("h1", "s1", 1000.0, 0, 2), ("h2", "s1", 1000.0, 0, 3),
         ("h3", "s2", 1000.0, 0, 2), ("h4", "s2", 1000.0, 0, 3)]
     assert t.levels == 4
     small = preset("dumbbell", {"hosts_per_side": 1, "bottleneck_mbps": 20, "host_mbps": 200, "levels": 2,
                                 "name": "ignored"})
     assert [h.name for h in small.hosts] == ["h1", "h2"] and small.levels == 2
-    assert [(l.a, l.b, l.rate_mbps) for l in small.links] == [("s1", "s2", 20.0), ("h1", "s1", 200.0),
+    assert [(lk.a, lk.b, lk.rate_mbps) for lk in small.links] == [("s1", "s2", 20.0), ("h1", "s1", 200.0),
                                                              ("h2", "s2", 200.0)]
 
 
@@ -175,15 +175,15 @@ def test_leafspine_preset_pinned() -> None:
     assert [(s.name, s.dpid) for s in t.switches] == [("leaf1", 0x101), ("leaf2", 0x102), ("leaf3", 0x103),
                                                       ("spine1", 0x201), ("spine2", 0x202)]
     assert [(h.name, h.ip) for h in t.hosts] == [(f"h{i}", f"10.0.0.{i}") for i in range(1, 7)]
-    fabric = [(l.a, l.b, l.rate_mbps, l.a_port, l.b_port) for l in t.links[:6]]
+    fabric = [(lk.a, lk.b, lk.rate_mbps, lk.a_port, lk.b_port) for lk in t.links[:6]]
     assert fabric == [("leaf1", "spine1", 100.0, 1, 1), ("leaf1", "spine2", 100.0, 2, 1),
                       ("leaf2", "spine1", 100.0, 1, 2), ("leaf2", "spine2", 100.0, 2, 2),
                       ("leaf3", "spine1", 100.0, 1, 3), ("leaf3", "spine2", 100.0, 2, 3)]
-    edge = [(l.a, l.b, l.rate_mbps, l.b_port) for l in t.links[6:]]
+    edge = [(lk.a, lk.b, lk.rate_mbps, lk.b_port) for lk in t.links[6:]]
     assert edge == [("h1", "leaf1", 100.0, 3), ("h2", "leaf1", 100.0, 4), ("h3", "leaf2", 100.0, 3),
                     ("h4", "leaf2", 100.0, 4), ("h5", "leaf3", 100.0, 3), ("h6", "leaf3", 100.0, 4)]
     big = preset("leafspine", {"leaves": 2, "spines": 3, "hosts_per_leaf": 1, "host_mbps": 25, "fabric_mbps": 40})
     assert len(big.switches) == 5 and [h.name for h in big.hosts] == ["h1", "h2"]
-    assert {l.rate_mbps for l in big.links if l.b.startswith("spine")} == {40.0}
-    assert {l.rate_mbps for l in big.links if l.a.startswith("h")} == {25.0}
+    assert {lk.rate_mbps for lk in big.links if lk.b.startswith("spine")} == {40.0}
+    assert {lk.rate_mbps for lk in big.links if lk.a.startswith("h")} == {25.0}
     assert topology_from_dict({"preset": "leafspine", "spines": 1}).switches[-1].name == "spine1"

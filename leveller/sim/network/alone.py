@@ -38,9 +38,9 @@ def alone_profile(paths: list[tuple[int, ...]], volumes: np.ndarray, capacity: n
     """Simulate the flows (``paths`` of directed link ids, bytes ``volumes``) alone on ``capacity``."""
     if not paths:
         return AloneProfile((), (), (), 0.0)
-    links = sorted({l for p in paths for l in p})
-    loc = {l: i for i, l in enumerate(links)}
-    inc = Incidence.from_paths([[loc[l] for l in p] for p in paths], len(links))
+    links = sorted({lk for p in paths for lk in p})
+    loc = {lk: i for i, lk in enumerate(links)}
+    inc = Incidence.from_paths([[loc[lk] for lk in p] for p in paths], len(links))
     cap = capacity[np.asarray(links)]
     rem = np.asarray(volumes, dtype=float).copy()
     level = np.zeros(len(paths), dtype=np.int64)

@@ -59,7 +59,7 @@ class CruxNet:
         per_link = link_bytes(job, job.ecmp_paths)
         if not per_link:  # one host: no network traffic; tiny comm time keeps it top
             return crux.CruxJob(job.name, job.gpus, job.spec.compute, 1e-9, 0.0, 0.0)
-        link = max(per_link, key=lambda l: per_link[l] / net.capacity[l])
+        link = max(per_link, key=lambda lk: per_link[lk] / net.capacity[lk])
         comm = per_link[link] / net.capacity[link]
         return crux.CruxJob(job.name, job.gpus, job.spec.compute, comm, min(job.spec.slack, job.spec.compute),
                             per_link[link])
@@ -81,7 +81,7 @@ class CruxNet:
         ordered = sorted(jobs, key=lambda j: -self.intensity[j.name])
         requests = [((j.name, i), list(f.candidates), float(f.volume / j.ideal))
                     for j in ordered for i, f in enumerate(j.flows)]
-        capacity = {l: float(net.capacity[l]) for _, cands, _ in requests for p in cands for l in p}
+        capacity = {lk: float(net.capacity[lk]) for _, cands, _ in requests for p in cands for lk in p}
         chosen, _ = crux.assign_paths(requests, capacity)
         return {j.name: [j.flows[i].candidates[chosen[(j.name, i)]] for i in range(len(j.flows))] for j in jobs}
 

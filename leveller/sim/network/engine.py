@@ -219,8 +219,8 @@ class Simulation:
         owner: dict[int, int] = {}
         for i, j in enumerate(jobs):
             for path in j.paths:
-                for l in path:
-                    o = owner.setdefault(l, i)
+                for lk in path:
+                    o = owner.setdefault(lk, i)
                     if o != i:
                         a, b = find(o), find(i)
                         if a != b:

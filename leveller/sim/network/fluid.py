@@ -41,7 +41,7 @@ class Incidence:
     def from_paths(cls, paths: Sequence[Sequence[int]], n_links: int) -> Incidence:
         """Row f has a 1 in every column (link id) of ``paths[f]``; a link listed twice counts once."""
         rows = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
-        cols = np.fromiter((l for p in paths for l in p), dtype=np.int64, count=len(rows))
+        cols = np.fromiter((lk for p in paths for lk in p), dtype=np.int64, count=len(rows))
         m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(paths), n_links))
         m.data[:] = 1.0  # duplicates were summed
         if len(paths) * n_links <= DENSE_MAX:

@@ -31,10 +31,10 @@ class Group:
         self.t = now
         self.version = 0
         paths = [p for j in self.jobs for p in j.paths]
-        links = sorted({l for p in paths for l in p})
+        links = sorted({lk for p in paths for lk in p})
         self.link_ids = np.asarray(links, dtype=np.int64)
-        loc = {l: i for i, l in enumerate(links)}
-        local = [[loc[l] for l in p] for p in paths]
+        loc = {lk: i for i, lk in enumerate(links)}
+        local = [[loc[lk] for lk in p] for p in paths]
         self.inc = Incidence.from_paths(local, len(links))
         self.cap = capacity[self.link_ids] if links else np.zeros(0)
         # A flow that shares no link with any other flow gets the smallest capacity on its path;
@@ -46,9 +46,9 @@ class Group:
         self.solo_rate = np.array([float(self.cap[p].min()) if p else np.inf for p in local])
         coupled = np.flatnonzero(~self.solo)
         self.coupled = coupled
-        c_links = sorted({l for f in coupled for l in local[f]})
-        c_loc = {l: i for i, l in enumerate(c_links)}
-        self.c_inc = Incidence.from_paths([[c_loc[l] for l in local[f]] for f in coupled], len(c_links))
+        c_links = sorted({lk for f in coupled for lk in local[f]})
+        c_loc = {lk: i for i, lk in enumerate(c_links)}
+        self.c_inc = Incidence.from_paths([[c_loc[lk] for lk in local[f]] for f in coupled], len(c_links))
         self.c_cap = self.cap[np.asarray(c_links, dtype=np.int64)] if c_links else np.zeros(0)
         self.slices: list[slice] = []
         i = 0
@@ -78,7 +78,7 @@ class Group:
         for f in table.values():
             for link in f.links:
                 users.setdefault(link, set()).add(f.job)
-        self.flows = {n: f for n, f in table.items() if any(len(users[l]) > 1 for l in f.links)}
+        self.flows = {n: f for n, f in table.items() if any(len(users[lk]) > 1 for lk in f.links)}
         self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
         self.last_order: tuple[str, ...] | None = None  # the order the levels in force come from
         self.memo: dict[tuple[str, ...] | None, dict[str, int]] = {}  # order -> levels of self.flows

@@ -58,7 +58,7 @@ def job_views(now: float, jobs: Sequence[RunJob], window: float | None = None,
 
 def flow_table(jobs: Sequence[RunJob]) -> dict[str, Flow]:
     """The flows of the jobs with the links they cross, as assign_levels takes them."""
-    return {f.name: Flow(j.name, tuple(str(l) for l in path))
+    return {f.name: Flow(j.name, tuple(str(lk) for lk in path))
             for j in jobs for f, path in zip(j.flows, j.paths)}
 
 

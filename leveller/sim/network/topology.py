@@ -138,7 +138,8 @@ def parse_options(spec: str, text: str, defaults: Mapping[str, Any]) -> dict[str
         try:
             value = kind(raw) if kind is not int else int(raw, 10)
         except ValueError:
-            raise UserError(f"--topology {spec!r}: {key} = {raw!r} is not a{'n integer' if kind is int else ' number'}") from None
+            raise UserError(f"--topology {spec!r}: {key} = {raw!r} is not "
+                            f"a{'n integer' if kind is int else ' number'}") from None
         if not value > 0:
             raise UserError(f"--topology {spec!r}: {key} = {raw!r} must be > 0")
         out[key] = value
@@ -146,7 +147,8 @@ def parse_options(spec: str, text: str, defaults: Mapping[str, Any]) -> dict[str
 
 
 def fabric(spec: str, options: Mapping[str, Any]) -> Network:
-    """Rail-style leaf-spine: ``hosts_per_leaf`` hosts per group, one leaf per rail and group, every leaf to every spine."""
+    """Rail-style leaf-spine: ``hosts_per_leaf`` hosts per group, one leaf per rail and group,
+    every leaf to every spine."""
     gpus, per_host, per_leaf, spines = (options[k] for k in ("gpus", "gpus_per_host", "hosts_per_leaf", "spines"))
     gbps = float(options["gbps"])
     if gpus > MAX_FABRIC_GPUS:
@@ -232,6 +234,6 @@ def load_network(spec: str) -> Network:
 
 
 def _rates_note(topo: Topology) -> str:
-    rates = sorted({l.rate_mbps for l in topo.links})
+    rates = sorted({lk.rate_mbps for lk in topo.links})
     return (f"{len(topo.hosts)} hosts (1 GPU, 1 NIC each), {len(topo.switches)} switches, link rates "
             + ", ".join(f"{r:g}" for r in rates) + " Mbit/s")
