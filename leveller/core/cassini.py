@@ -266,7 +266,7 @@ def bfs_shifts(rotations: Mapping[Hashable, Mapping[str, float]], periods: Mappi
         for job in rot:
             links_of.setdefault(job, []).append(link)
     shifts: dict[str, float] = {}
-    seen_links: set = set()
+    seen_links: set[Hashable] = set()
     for root in links_of:
         if root in shifts:
             continue

@@ -73,7 +73,7 @@ L = TypeVar("L", bound=Hashable)
 K = TypeVar("K", bound=Hashable)
 
 
-def gpu_intensity(gpus: int, compute_s: Number, bottleneck_time_s: Number) -> float:
+def gpu_intensity(gpus: int, compute_s: Number, bottleneck_time_s: Number) -> Number:
     """Crux's ``I_j = W_j / t_j`` with ``W_j = gpus * compute_s`` (GPU-seconds per iteration)."""
     if gpus < 1:
         raise UserError(f"gpus must be >= 1, got {gpus!r}")
@@ -117,7 +117,7 @@ class CruxJob:
             raise UserError(f"job {self.name!r}: traffic must be >= 0, got {self.traffic!r}")
 
     @property
-    def intensity(self) -> float:
+    def intensity(self) -> Number:
         return gpu_intensity(self.gpus, self.compute_s, self.comm_s)
 
     @property
@@ -373,7 +373,7 @@ def _components(nodes: Sequence[str], edges: Iterable[tuple[str, str]]) -> list[
             x = parent[x]
         return x
 
-    touched = set()
+    touched: set[str] = set()
     for u, v in edges:
         touched.update((u, v))
         parent[find(u)] = find(v)

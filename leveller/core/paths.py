@@ -59,8 +59,8 @@ class Path:
                 "hops": [h.to_dict() for h in self.hops], "choices": self.choices}
 
 
-def graph(topo: Topology) -> nx.Graph:
-    g = nx.Graph()
+def graph(topo: Topology) -> nx.Graph[str]:
+    g: nx.Graph[str] = nx.Graph()
     g.add_nodes_from(h.name for h in topo.hosts)
     g.add_nodes_from(s.name for s in topo.switches)
     g.add_edges_from((lk.a, lk.b) for lk in topo.links)
@@ -102,15 +102,17 @@ class ShortestPaths:
         return [self.nth(i) for i in range(min(limit, self.count))]
 
 
-def shortest_paths(g: nx.Graph, src: str, dst: str) -> ShortestPaths:
+def shortest_paths(g: nx.Graph[str], src: str, dst: str) -> ShortestPaths:
     """Count and index the fewest-hop paths between two nodes of ``g`` (one BFS, no enumeration).
 
     Paths never transit a host: hosts are single-homed, so none lies between two links."""
-    preds = nx.predecessor(g, src)  # node -> its predecessors on shortest paths from src
+    # node -> its predecessors on shortest paths from src (the stub's return type covers every variant)
+    preds = cast(dict[str, list[str]], nx.predecessor(g, src))
     if dst not in preds:
         return ShortestPaths(src, dst, {}, {})
     # walk back from dst: the nodes met are those on some shortest path, one distance layer at a time
-    order, successors = [dst], {dst: []}
+    order = [dst]
+    successors: dict[str, list[str]] = {dst: []}
     for node in order:
         for prev in preds[node]:
             if prev not in successors:
@@ -126,7 +128,7 @@ def shortest_paths(g: nx.Graph, src: str, dst: str) -> ShortestPaths:
     return ShortestPaths(src, dst, next_hops, paths_to_dst)
 
 
-def equal_cost_paths(topo: Topology, src_host: str, dst_host: str, g: nx.Graph | None = None,
+def equal_cost_paths(topo: Topology, src_host: str, dst_host: str, g: nx.Graph[str] | None = None,
                      limit: int = MAX_LISTED_PATHS) -> list[tuple[str, ...]]:
     """The fewest-hop node paths between two hosts in sorted (deterministic) order, at most ``limit``
     of them (there can be exponentially many; ``shortest_paths(...).count`` says how many)."""
@@ -138,7 +140,7 @@ def link_names(nodes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"{a}>{b}" for a, b in zip(nodes, nodes[1:]))
 
 
-def choose_path(topo: Topology, flow: FlowKey, g: nx.Graph | None = None) -> Path | None:
+def choose_path(topo: Topology, flow: FlowKey, g: nx.Graph[str] | None = None) -> Path | None:
     """The path of a flow, or None when its addresses are not hosts of the topology
     (or both ends are the same host). Among all equal-cost paths, the one at index
     stable_hash(flow) mod their number in sorted order: the same in every process."""

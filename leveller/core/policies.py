@@ -48,8 +48,13 @@ class JobView:
 class Policy(Protocol):
     """Interface every policy implements."""
 
-    name: str
-    tau: Number | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tau(self) -> Number | None:
+        """Seconds of the period a policy decides on, None where it does not matter."""
+        ...
 
     def order(self, jobs: Sequence[JobView]) -> list[str] | None:
         """Job names, highest priority first, or None for no priority."""

@@ -26,7 +26,7 @@ def estimate_ideal_time(durations: Sequence[Number]) -> Number:
     bad = [d for d in durations if not d > 0]
     if bad:
         raise ValueError(f"iteration durations must be > 0, got {bad[0]!r}")
-    return median(durations)
+    return median(durations)  # type: ignore[type-var]  # the stub wants one number type; int, float and Fraction mix fine
 
 
 def next_reprofile_time(last: Number, mean_interval: Number, u: float) -> Number:
@@ -59,9 +59,11 @@ def drifted(any_priority: Sequence[Number], at_top: Sequence[Number], ideal: Num
         raise ValueError(f"tolerance must be > 0, got {tolerance!r}")
     if not ideal > 0:
         raise ValueError(f"ideal must be > 0, got {ideal!r}")
-    if len(any_priority) >= samples and median(any_priority[-samples:]) * (1 + tolerance) < ideal:
+    fast = len(any_priority) >= samples and median(any_priority[-samples:]) * (1 + tolerance) < ideal  # type: ignore[type-var]  # the stub wants one number type; int, float and Fraction mix fine
+    if fast:
         return "faster"
-    if len(at_top) >= samples and median(at_top[-samples:]) > ideal * (1 + tolerance):
+    slow = len(at_top) >= samples and median(at_top[-samples:]) > ideal * (1 + tolerance)  # type: ignore[type-var]  # the stub wants one number type; int, float and Fraction mix fine
+    if slow:
         return "slower"
     return None
 
@@ -79,7 +81,7 @@ class IdealTimeProfiler:
     ideal: Number | None = None
     _window_start: Number | None = field(default=None, repr=False)
     _last_end: Number | None = field(default=None, repr=False)
-    _durations: list = field(default_factory=list, repr=False)
+    _durations: list[Number] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.samples < 1:

@@ -368,13 +368,14 @@ def preset(name: Any, options: Mapping[str, Any] | None = None) -> Topology:
     fabric = _opt(options, "fabric_mbps", 100.0, "rate")
     switches = [{"name": f"leaf{i + 1}", "dpid": 0x100 + i + 1} for i in range(leaves)]
     switches += [{"name": f"spine{i + 1}", "dpid": 0x200 + i + 1} for i in range(spines)]
-    hosts, links = [], []
+    host_rows: list[dict[str, str]] = []
+    link_rows: list[dict[str, Any]] = []
     for leaf in range(leaves):
         for s in range(spines):
-            links.append({"a": f"leaf{leaf + 1}", "b": f"spine{s + 1}", "rate_mbps": fabric})
+            link_rows.append({"a": f"leaf{leaf + 1}", "b": f"spine{s + 1}", "rate_mbps": fabric})
     for leaf in range(leaves):
         for j in range(per_leaf):
             h = f"h{leaf * per_leaf + j + 1}"
-            hosts.append({"name": h})
-            links.append({"a": h, "b": f"leaf{leaf + 1}", "rate_mbps": host_rate})
-    return topology_from_dict({"switches": switches, "hosts": hosts, "links": links, "levels": levels})
+            host_rows.append({"name": h})
+            link_rows.append({"a": h, "b": f"leaf{leaf + 1}", "rate_mbps": host_rate})
+    return topology_from_dict({"switches": switches, "hosts": host_rows, "links": link_rows, "levels": levels})
