@@ -125,7 +125,7 @@ def read_body(environ: dict[str, Any], max_bytes: int) -> bytes:
     length = environ.get("CONTENT_LENGTH") or "0"
     if not length.isascii() or not length.isdigit() or len(length) > 18 or int(length) > max_bytes:
         raise SchemaError("Content-Length", f"{length[:40]!r} is invalid; 0..{max_bytes} bytes")
-    return environ["wsgi.input"].read(int(length))  # type: ignore[no-any-return]
+    return environ["wsgi.input"].read(int(length))
 
 
 def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
@@ -143,7 +143,7 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
 
     def heavy(work: Callable[[], Any]) -> bytes:
         """``work()`` encoded as JSON, both through ``offload`` (a big answer takes long to encode too)."""
-        return offload(lambda: json.dumps(work()).encode())  # type: ignore[no-any-return]
+        return offload(lambda: json.dumps(work()).encode())
 
     def app(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/").rstrip("/") or "/"

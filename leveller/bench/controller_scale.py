@@ -116,7 +116,7 @@ def decide_in_fresh_process(flows: int, seed: int = 1, runs: int = 7, timeout_s:
         _reap(proc)
     if status != "ok":
         raise RuntimeError(f"the decision benchmark at {flows} flows failed: {value}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _reap(proc: Any) -> None:

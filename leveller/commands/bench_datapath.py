@@ -59,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_tables(res: dict) -> None:  # type: ignore[type-arg]
+def _print_tables(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -56,16 +56,16 @@ def handle(args: argparse.Namespace) -> int:
     kwargs = dict(samples=args.samples, report_interval_s=args.report_interval, push=not args.no_push,
                   seed=args.seed)
     if args.json:
-        result = levels_latency.run(**kwargs)  # type: ignore[arg-type]
+        result = levels_latency.run(**kwargs)
         print(json.dumps(result.to_json()))
         return 0
     with Console(stderr=True).status("starting") as status:
-        result = levels_latency.run(progress=status.update, **kwargs)  # type: ignore[arg-type]
+        result = levels_latency.run(progress=status.update, **kwargs)
     _print(result.to_json())
     return 0
 
 
-def _print(res: dict) -> None:  # type: ignore[type-arg]
+def _print(res: dict) -> None:
     out = sys.stdout
     lat = res["latency_ms"]
     print(f"decision -> DSCP on the wire, {res['samples']} samples ({res['mode']}, agent reports every "

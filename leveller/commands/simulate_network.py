@@ -235,7 +235,7 @@ def print_tables(results: list[Any], note: str, args: argparse.Namespace) -> Non
         console.print(f"plots written to {args.plot}/")
 
 
-def configure(link_parent: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def configure(link_parent: argparse._SubParsersAction) -> None:
     """Add the ``network`` simulator to ``leveller simulate``'s sub-commands."""
     p = link_parent.add_parser("network", help="jobs on a whole network (flow-level fluid model)",
                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

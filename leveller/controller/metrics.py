@@ -103,11 +103,11 @@ class ControllerMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.reports = ReportCounter()
-        r.register(self.reports)  # type: ignore[arg-type]
+        r.register(self.reports)
         self.rejected = Counter("leveller_requests_rejected", "requests refused", ["reason"], registry=r)
         self.decisions = Counter("leveller_decisions", "decision steps done", registry=r)
         self.step_errors = Counter("leveller_step_errors", "decision steps that failed", registry=r)
         self.step_seconds = Histogram("leveller_step_seconds", "time of one decision step", registry=r,
                                       buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3))
         # the families exist (empty) before the first decision, so dashboards find every name
-        r.register(DecisionCollector(published or (lambda: None), levels, label))  # type: ignore[arg-type]
+        r.register(DecisionCollector(published or (lambda: None), levels, label))

@@ -191,12 +191,12 @@ class Worker:
             while any(remaining.values()):
                 for key, _ in sel.select(timeout=self.inp[0].gettimeout()):
                     s = key.fileobj
-                    got = s.recv_into(self._buf, min(remaining[s], len(self._buf)))  # type: ignore[index, union-attr]
+                    got = s.recv_into(self._buf, min(remaining[s], len(self._buf)))
                     if got == 0:
                         raise PeerClosed()
-                    remaining[s] -= got  # type: ignore[index]
+                    remaining[s] -= got
                     self.received += got
-                    if remaining[s] == 0:  # type: ignore[index]
+                    if remaining[s] == 0:
                         sel.unregister(s)
         for s in self.inp:
             s.sendall(b"\x01")

@@ -197,7 +197,7 @@ class ControllerClient:
             out, call = stub.with_call(body, timeout=self.timeout_s,
                                        metadata=auth.metadata(self.secret, method, now, body))
         except grpc.RpcError as exc:
-            raise RpcFailure(exc.code(), exc.details() or "") from None  # type: ignore[attr-defined]
+            raise RpcFailure(exc.code(), exc.details() or "") from None
         try:
             auth.verify(self.secret, _reply_method(method), out, dict(call.trailing_metadata() or ()), self.clock())
             return decode(out, self.max_bytes)

@@ -12,7 +12,7 @@ from leveller.sim.network.engine import SimResult
 COLORS = {"fair": "#7f7f7f", "crux": "#d62728", "cassini": "#2ca02c", "leveller": "#1f77b4"}
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,7 +21,7 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _save(plt, fig, ax, path: Path, legend: bool = True) -> Path:  # type: ignore[no-untyped-def]
+def _save(plt, fig, ax, path: Path, legend: bool = True) -> Path:
     ax.grid(alpha=0.3)
     if legend:
         ax.legend(fontsize=7)
