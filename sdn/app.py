@@ -66,10 +66,11 @@ class LevellerApp(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state(self, ev: Any) -> None:
         dp = ev.datapath
-        if ev.state == DEAD_DISPATCHER and dp.id is not None and self.datapaths.get(dp.id) is dp:
-            LOG.info("switch %016x disconnected", dp.id)
-            del self.datapaths[dp.id]
-            self.logic.switch_disconnected(dp.id)
+        dpid = dp.id
+        if ev.state == DEAD_DISPATCHER and dpid is not None and self.datapaths.get(dpid) is dp:
+            LOG.info("switch %016x disconnected", dpid)
+            del self.datapaths[dpid]
+            self.logic.switch_disconnected(dpid)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     def _port_desc(self, ev: Any) -> None:

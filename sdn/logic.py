@@ -60,7 +60,7 @@ class PathController:
     flows: dict[FlowKey, FlowEntry] = field(default_factory=dict)
     connected: set[int] = field(default_factory=set)
     _graph: nx.Graph | None = None
-    _router: Router | None = None
+    _router: Router = field(init=False)
 
     def __post_init__(self) -> None:
         self._graph = graph(self.topo)

@@ -145,10 +145,10 @@ class Datapath:
 
     def detach(self) -> None:
         """Remove our filter (and the clsact qdisc if we added it and it is empty); unload."""
-        if not self.attached:
+        ifindex, self._ifindex = self._ifindex, None
+        if ifindex is None:  # not attached
             self._release_bpf()
             return
-        ifindex, self._ifindex = self._ifindex, None
         try:
             ipr = _iproute(self.netns)
         except UserError:

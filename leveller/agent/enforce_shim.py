@@ -37,10 +37,6 @@ ROCE_V2_PORT = 4791
 UDP = 17
 
 
-class JobClassifier(Protocol):
-    def job_of(self, key: FlowKey, sample: FlowSample) -> str | None: ...
-
-
 class Enforcer(Protocol):
     def apply(self, marks: Mapping[FlowKey, int], valid_for_s: float) -> None: ...
 

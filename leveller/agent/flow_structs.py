@@ -10,6 +10,7 @@ the decoded counters. Pure: no bcc, no I/O.
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import ipaddress
 import socket
@@ -178,6 +179,6 @@ class FlowStats:
     cgroup_id: int
 
     @classmethod
-    def unpack(cls, raw: bytes) -> FlowStats:
+    def unpack(cls, raw: builtins.bytes) -> FlowStats:  # `bytes` is a field here
         """Decode the bytes of a struct flow_stats."""
         return cls(*STATS_FORMAT.unpack(raw))

@@ -90,8 +90,9 @@ class RateTracker:
         """(job, iteration or None, time) of a matched line; FieldError names the bad field."""
         job = check_name(groups.get("job") or self.default_job, "job")
         t = now
-        if groups.get("t"):
-            t = check_time(_number(groups["t"], "t", float), "t")
+        raw_t = groups.get("t")
+        if raw_t:
+            t = check_time(_number(raw_t, "t", float), "t")
         check_not_future(t, "t", now)
         n = None if self.counts_lines else check_iterations(_number(groups["iter"] or "", "iter", int), "iter")
         if job not in self.jobs and len(self.jobs) >= self.max_jobs:

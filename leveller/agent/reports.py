@@ -85,6 +85,12 @@ def parse_cgroup_rule(text: str) -> CgroupRule:
     return CgroupRule(check_job_name(job), st.st_ino)
 
 
+class JobClassifier(Protocol):
+    """Anything that names the job of a flow (None: not a job's)."""
+
+    def job_of(self, key: FlowKey, sample: FlowSample) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Classifier:
     """Maps a flow to its job: cgroup rules first, then port rules, in the order given."""
@@ -121,7 +127,7 @@ def merge_progress(sources: Iterable[Mapping[str, JobProgress]]) -> dict[str, Jo
 
 
 def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[FlowKey, FlowSample],
-                 classifier: Classifier, ideal_times: Mapping[str, float], now: float,
+                 classifier: JobClassifier, ideal_times: Mapping[str, float], now: float,
                  on_reject: Callable[[str, str], None] | None = None,
                  weights: Mapping[str, float] | None = None) -> Report:
     """The report for this host as the controller will accept it (checked at ``now``, this host's clock).
@@ -150,9 +156,9 @@ def build_report(host: str, progress: Mapping[str, JobProgress], flows: Mapping[
     known = {j.job for j in jobs}
     out = []
     for key in sorted(flows):
-        job = classifier.job_of(key, flows[key])
-        if job in known:
-            out.append(FlowReport(key, job, min(flows[key].bytes, MAX_BYTES)))  # type: ignore[arg-type]
+        owner = classifier.job_of(key, flows[key])
+        if owner in known:
+            out.append(FlowReport(key, owner, min(flows[key].bytes, MAX_BYTES)))
     if len(out) > MAX_FLOWS:
         if on_reject is not None:
             on_reject("flows", f"{len(out) - MAX_FLOWS} of {len(out)} flows left out of the report: "

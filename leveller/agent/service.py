@@ -120,7 +120,7 @@ class Agent:
     client: ReportClient
     enforcer: Enforcer
     flows: FlowSource = field(default_factory=NoFlows)
-    classifier: Classifier = field(default_factory=Classifier)
+    classifier: JobClassifier = field(default_factory=Classifier)
     ideal_times: Mapping[str, float] = field(default_factory=dict)
     weights: Mapping[str, float] = field(default_factory=dict)  # declared job weights (--job-weight)
     clock: Callable[[], float] = time.time  # wall clock: times of log lines and reports

@@ -199,7 +199,7 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
         body_of = _ReportBody(host, flows)
         run = new_run_id()  # as a real agent process: reports numbered 1, 2, ... (replay protection)
         async with grpc.aio.insecure_channel(address) as channel:
-            call = channel.unary_unary(REPORT)
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(REPORT)
             t = start_at + tau_s * index / count
             n = 0
             while t < until:

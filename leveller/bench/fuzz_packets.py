@@ -208,9 +208,10 @@ class FrameStream:
 
     def _l4(self, f: Flow, big: bool = False) -> Any:
         from scapy.layers.inet import TCP, UDP
-        from scapy.packet import Raw
+        from scapy.packet import Packet, Raw
 
         r = self.rng
+        l4: Packet
         if f[5] == 6:
             opts = r.choice(([], [("MSS", 1460)],
                              [("NOP", None), ("NOP", None), ("Timestamp", (r.randrange(1 << 32), 0))],

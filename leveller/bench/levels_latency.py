@@ -17,6 +17,7 @@ resolution.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import random
@@ -203,6 +204,11 @@ class _Log:
             f.write(self.fmt(job, to, time.time()) + "\n")
 
 
+def _reported(ctl: Any, log: _Log, job: str) -> bool:
+    """Whether the controller has seen the job's latest iteration in the log."""
+    return _iterations(ctl, job) == log.iters[job]
+
+
 def _wait(cond: Callable[[], Any], timeout_s: float, what: str, step_s: float = 0.005) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -238,13 +244,13 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
         try:
             say("starting iperf3 flows")
             seconds = str(int(30 + samples * (report_interval_s + 1.0) * 2))
-            for p in (PROBE_PORT, OTHER_PORT):
-                procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(p)]),
+            for port in (PROBE_PORT, OTHER_PORT):
+                procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(port)]),
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            for p, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
-                _wait(lambda p=p: _listening(pair.ns_b, p), 10, f"iperf3 server on port {p}", 0.05)
+            for port, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
+                _wait(functools.partial(_listening, pair.ns_b, port), 10, f"iperf3 server on port {port}", 0.05)
                 procs.append(subprocess.Popen(pair.exec_in(pair.ns_a, [
-                    "iperf3", "-c", str(pair.ip_b), "-p", str(p), "-u", "-b", rate, "-l", str(PACKET_BYTES),
+                    "iperf3", "-c", str(pair.ip_b), "-p", str(port), "-u", "-b", rate, "-l", str(PACKET_BYTES),
                     "-t", seconds]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             log = _Log(Path(tmp) / "jobs.log", time.time() - 100.0)
             say("starting the agent (compiling the BPF program)")
@@ -268,7 +274,7 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                 say(f"sample {i + 1}/{samples}")
                 top, low = ("probe", "other") if i % 2 == 0 else ("other", "probe")
                 log.bump(low, max(log.iters.values()) + 1)  # lower R for `top`: it gets level 1
-                _wait(lambda low=low: _iterations(ctl, low) == log.iters[low], 10, f"the report of {low}")
+                _wait(functools.partial(_reported, ctl, log, low), 10, f"the report of {low}")
                 time.sleep(rng.uniform(0, report_interval_s))
                 want = level_map.dscp[1] if top == "probe" else level_map.dscp[0]
                 t0 = time.time()

@@ -22,7 +22,7 @@ Pure functions over end times, plus the simulator driver (leveller.sim.link).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -107,7 +107,7 @@ def stretch_rate(ends: Ends, start: float, ideal: float, a: float, b: float) -> 
     return (progress(ends, start, b) - progress(ends, start, a)) * ideal / (b - a)
 
 
-def recovery_figures(mode: RateMode, ends: dict[str, Ends], starts: dict[str, float], ideal: dict[str, float],
+def recovery_figures(mode: RateMode, ends: Mapping[str, Ends], starts: dict[str, float], ideal: dict[str, float],
                      disturbance: Disturbance, horizon_s: float, warmup_s: float, measure_s: float = 10.0,
                      hold_s: float = 10.0, band: float = 0.05, step_s: float = 0.25,
                      final_s: float = 30.0) -> RecoveryFigures:

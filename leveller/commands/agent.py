@@ -69,6 +69,9 @@ import threading
 from typing import Any, Iterator
 
 from leveller.errors import UserError
+
+if TYPE_CHECKING:
+    from leveller.agent.reports import JobClassifier
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 from leveller.model.flow import FlowKey
 
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         # a pattern without an iter group counts lines: old lines from the edges would count as new
         edges = 0 if tracker.counts_lines else EDGE_BYTES
         logs.append((LogTailer(path, from_start=args.from_start, edge_bytes=edges), tracker))
-    classifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
+    classifier: JobClassifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
                             tuple(parse_port_rule(p) for p in args.job_ports))
     ideal_times = _ideal_times(args.ideal_time)
     shift_files = None

@@ -27,7 +27,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from leveller.commands import add_commands
 
     add_commands(parser.add_subparsers(dest="experiment", metavar="EXPERIMENT"), EXPERIMENTS)
-    parser.set_defaults(func=lambda _args: parser.print_help() or 2)
+    def usage(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=usage)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from leveller.errors import UserError
 
@@ -94,7 +94,7 @@ def parse_input(data: Any) -> LevelsInput:
     return LevelsInput(jobs, names, job, inc_flow, inc_link, list(link_ids))
 
 
-def _flow_error(name: str, spec: Any, jobs_in: dict[str, Any]) -> None:
+def _flow_error(name: str, spec: Any, jobs_in: dict[str, Any]) -> NoReturn:
     """Raise the UserError that names what is wrong with flows.<name>."""
     if not isinstance(spec, dict):
         raise UserError(f"flows.{name} must be an object with 'job' and 'links', got {spec!r}")

@@ -38,6 +38,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from leveller.core.rate import Number
 from leveller.errors import UserError
 from leveller.model.limits import PAPER_POLICIES as POLICIES  # the link simulator runs the paper's three
 
@@ -100,7 +101,8 @@ def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
     }
 
 
-def check_budget(jobs: list, cycles: int, tau: Fraction | None, max_events: int, starvations: int = 0) -> int:
+def check_budget(jobs: list[Any], cycles: int, tau: Number | None, max_events: int,
+                 starvations: int = 0) -> int:
     """The run's event bound; UserError naming --max-events if it exceeds the budget."""
     from leveller.sim.link import event_bound
 

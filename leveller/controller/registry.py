@@ -64,7 +64,7 @@ class JobState:
     last_seen: float
     profiler: IdealTimeProfiler = field(default_factory=IdealTimeProfiler)
     last_fed: int = 0  # highest iteration number given to the profiler
-    next_reprofile: float | None = None
+    next_reprofile: Number | None = None
     # progress in ideal-seconds: work_base done before iteration iter_base, ideal_in_use since
     ideal_in_use: float | None = None
     work_base: float = 0.0
@@ -236,7 +236,10 @@ class Registry:
             for _, name in sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
                                   and s.profiler.ideal is not None and n not in reported):
                 state = self.jobs[name]
-                kind = drifted(list(state.durations), list(state.top_durations), state.profiler.ideal,
+                ideal = state.profiler.ideal
+                if ideal is None:  # not reached: the jobs are picked above by a known ideal time
+                    continue
+                kind = drifted(list(state.durations), list(state.top_durations), ideal,
                                self.drift_tolerance, self.profile_samples)
                 if kind is not None:
                     LOG.info("job %s: iterations %s than its ideal time %.4g s (beyond %.0f%%): profiling again",

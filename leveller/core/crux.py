@@ -341,7 +341,7 @@ def max_k_cut_dp(order: Sequence[str], edges: Mapping[tuple[str, str], float],
     return float(best[n]), levels
 
 
-def contention_dag(priority: Mapping[str, float], intensity: Mapping[str, float],
+def contention_dag(priority: Mapping[str, float], intensity: Mapping[str, Number],
                    contends: Iterable[tuple[str, str]]) -> dict[tuple[str, str], float]:
     """Edges ``j1 -> j2`` of weight ``I_j1`` for contending jobs with ``P_j1 > P_j2``.
 
@@ -404,7 +404,7 @@ def _random_topological_order(nodes: Sequence[str], edges: Iterable[tuple[str, s
     return out
 
 
-def compress_levels(priority: Mapping[str, float], intensity: Mapping[str, float],
+def compress_levels(priority: Mapping[str, float], intensity: Mapping[str, Number],
                     contends: Iterable[tuple[str, str]], k: int, samples: int = 10, seed: int = 0,
                     include_priority_order: bool = True) -> dict[str, int]:
     """Crux priority compression: a level in K-1 (highest) .. 0 for every job in ``priority``.

@@ -19,9 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import TypeVar
 
 Number = int | float | Fraction
 Sample = tuple[Number, Number]  # (time, iterations done by then)
+S = TypeVar("S", bound=Sample)  # a Sample of narrower number types, kept as it is
 DECAY_HORIZON = 10  # half-lives of history a decayed R needs (older weight: < 0.1 %)
 
 
@@ -92,7 +94,7 @@ def history_horizon(window: Number | None = None, half_life: Number | None = Non
     return None
 
 
-def trim_history(history: Sequence[Sample], now: Number, horizon: Number | None) -> list[Sample]:
+def trim_history(history: Sequence[S], now: Number, horizon: Number | None) -> list[S]:
     """The samples :func:`progress_rate` still needs at ``now``: the latest one at or before
     ``now - horizon`` (the base) and every later one; none at all for the cumulative R."""
     if horizon is None:

@@ -232,10 +232,10 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
             decisions.append(json.loads(line))
         except ValueError:
             continue
-    out = RunOutput(job_logs, decisions, t_start, t_end)
+    result = RunOutput(job_logs, decisions, t_start, t_end)
     for j in jobs:
         if j.name not in job_logs:
             raise RuntimeError(f"{tag}: job {j.name} logged no iterations (see {logs[j.name]})")
-        out.rates[j.name] = measured_rate(job_logs[j.name], ideal[j.name], t_end)
-    return out
+        result.rates[j.name] = measured_rate(job_logs[j.name], ideal[j.name], t_end)
+    return result
 

@@ -3,6 +3,7 @@ policy, measure, plot, tear down. Progress goes to a callback (the CLI draws a r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,13 @@ def run_demo(examples: Sequence[str] = ("pair", "trio"), policies: Sequence[str]
         ideal_by_shape: dict[str, float] = {}
         for shape, job in shapes.items():
             ideal_by_shape[shape] = profile_alone(cluster, job.live(settings.unit_s), settings,
-                                                  lambda f, s=shape: step(f"profiling {s} alone", f),
+                                                  functools.partial(step, f"profiling {shape} alone"),
                                                   tag=f"alone-{shape.replace(':', '-')}")
         for ex, pol in steps(examples, policies):
             jobs = plan(ex)
             ideal = {j.name: ideal_by_shape[j.shape] for j in jobs}
             out = run_policy(cluster, f"{ex}-{pol}", pol, [j.live(settings.unit_s) for j in jobs], ideal, settings,
-                             lambda f, e=ex, p=pol: step(f"{e} under {p}", f))
+                             functools.partial(step, f"{ex} under {pol}"))
             run = RunResult(ex, pol, [j.name for j in jobs], [out.rates[j.name] for j in jobs],
                             [out.logs[j.name].iterations_by(out.t_end) for j in jobs],
                             [ideal[j.name] for j in jobs], out.t_end - out.t_start,

@@ -20,6 +20,7 @@ decisions say who held the top level when.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import subprocess
 import threading
@@ -171,12 +172,12 @@ def live_recovery(modes: Sequence[RateMode], setup: LiveRecoverySetup, name: str
     with DemoCluster(name, progress=note) as cluster:
         ideal: dict[str, float] = {}
         for job in jobs:
-            ideal[job.name] = profile_alone(cluster, job, settings, lambda f, j=job: step(f"profiling {j.name}", f))
+            ideal[job.name] = profile_alone(cluster, job, settings, functools.partial(step, f"profiling {job.name}"))
         for mode in modes:
             flood = Flood(cluster, setup.at_s, setup.seconds)
             tag = f"recovery-{len(runs)}"
             out = run_policy(cluster, tag, "leveller", jobs, ideal, settings,
-                             lambda f, m=mode: step(m.name, f), background=flood.running,
+                             functools.partial(step, mode.name), background=flood.running,
                              controller_args=controller_args(mode))
             if keep is not None:
                 shutil.copytree(cluster.work_dir / tag, keep / f"{tag}-{mode.name.replace(' ', '-')}",

@@ -32,7 +32,10 @@ def plot_fig10(path: Path, doc: Mapping[str, Mapping[str, Mapping[str, Sequence[
             xs.append(k - 0.4 + width * (i + 0.5))
             m, s = mean_sd(doc[n][pol]["min"])
             a, t = mean_sd(doc[n][pol]["avg"])
-            mins.append(m), min_err.append(s), avgs.append(a), avg_err.append(t)
+            mins.append(m)
+            min_err.append(s)
+            avgs.append(a)
+            avg_err.append(t)
         ax.bar(xs, avgs, width * 0.9, yerr=avg_err, color=COLORS[pol], alpha=0.3, edgecolor=COLORS[pol],
                linestyle="--", capsize=2, error_kw={"alpha": 0.5})
         ax.bar(xs, mins, width * 0.9, yerr=min_err, color=COLORS[pol], label=pol, capsize=2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,11 +56,11 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
     jobs = [t.job(link_mbps) for t in tenants]
     ideal = {}
     for j in jobs:
-        ideal[j.name] = profile_alone(cluster, j, settings, lambda f, n=j.name: step(f"{label}: {n} alone", f))
+        ideal[j.name] = profile_alone(cluster, j, settings, functools.partial(step, f"{label}: {j.name} alone"))
     runs = []
     for pol in policies:
         out = run_policy(cluster, pol, pol, jobs, ideal, dataclasses.replace(settings, overlap=pol == "leveller"),
-                         lambda f, p=pol: step(f"{label}: {p}", f))
+                         functools.partial(step, f"{label}: {pol}"))
         plans = [d["shifts"]["plan"] for d in out.decisions if d.get("shifts")]
         runs.append(PolicyRun(pol, {j.name: out.rates[j.name] for j in jobs},
                               {j.name: out.logs[j.name].iterations_by(out.t_end) for j in jobs},

@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import format_line
@@ -190,7 +191,7 @@ class Worker:
                     sel.register(s, selectors.EVENT_READ)
             while any(remaining.values()):
                 for key, _ in sel.select(timeout=self.inp[0].gettimeout()):
-                    s = key.fileobj
+                    s = cast(socket.socket, key.fileobj)  # only sockets are registered
                     got = s.recv_into(self._buf, min(remaining[s], len(self._buf)))
                     if got == 0:
                         raise PeerClosed()

@@ -270,7 +270,7 @@ class ReportDecoder:
         if None in hits or len(set(texts)) != len(texts):  # distinct texts of one valid report: distinct flows
             return None
         jobs = {j.job for j in head.jobs}
-        if not jobs.issuperset(map(_SECOND, hits)):
+        if not jobs.issuperset(map(_SECOND, cast(list[tuple[FlowKey, str]], hits))):  # no None: checked above
             return None
         nbytes = _byte_counts(digits)
         if nbytes is None:

@@ -34,7 +34,7 @@ from fractions import Fraction
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
-from leveller.core.rate import Sample, history_horizon, progress_rate, trim_history
+from leveller.core.rate import Number, Sample, history_horizon, progress_rate, trim_history
 
 LINK = "link"
 
@@ -108,7 +108,7 @@ def job_name(index: int) -> str:
     return str(index + 1)
 
 
-def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Fraction | None, starvations: int = 0) -> int:
+def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Number | None, starvations: int = 0) -> int:
     """Upper bound on the events of ``simulate_link(jobs, policy with tau, cycles)``.
 
     A job finishes at most horizon / ideal iterations (it cannot beat its ideal time),
@@ -193,7 +193,8 @@ def simulate_link(
 
     tau = policy.tau
     level = rerank(Fraction(0))
-    next_tick = Fraction(tau) if tau else None
+    period = Fraction(tau) if tau else Fraction(0)
+    next_tick = period if tau else None
     t = Fraction(0)
     one = Fraction(1)
     events = 0
@@ -249,7 +250,7 @@ def simulate_link(
                     rem[i] = Fraction(jobs[i].comm)
                 sending[i] = not sending[i]
         if next_tick is not None and t == next_tick:
-            next_tick += Fraction(tau)
+            next_tick += period
             level = rerank(t)
         elif tau == 0 and ended:
             level = rerank(t)

@@ -22,13 +22,14 @@ and demands are searched once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from leveller.core import cassini, crux
 from leveller.core.levels import Flow
+from leveller.core.rate import Number
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
@@ -53,7 +54,7 @@ class CruxNet:
     seed: int = 0
     _k: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
     priority: dict[str, float] = field(default_factory=dict, repr=False)
-    intensity: dict[str, float] = field(default_factory=dict, repr=False)
+    intensity: dict[str, Number] = field(default_factory=dict, repr=False)
 
     def crux_job(self, job: RunJob, net: Network) -> crux.CruxJob:
         per_link = link_bytes(job, job.ecmp_paths)
@@ -90,11 +91,11 @@ class CruxNet:
 
     def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
-        users: dict[str, set[str]] = {}
+        users: dict[Hashable, set[str]] = {}
         for f in flows.values():
             for link in f.links:
                 users.setdefault(link, set()).add(f.job)
-        contends = {tuple(sorted((a, b))) for names in users.values() for a in names for b in names if a < b}
+        contends = {(a, b) for names in users.values() for a in names for b in names if a < b}
         names = order or [j.name for j in jobs]
         level = crux.compress_levels({n: self.priority[n] for n in names}, {n: self.intensity[n] for n in names},
                                      contends, k, samples=self.samples, seed=self.seed)
@@ -126,7 +127,7 @@ class CassiniNet:
                k: int) -> dict[str, int]:
         return {name: 0 for name in flows}
 
-    def circles(self, jobs: Sequence[RunJob]) -> dict[tuple, list[cassini.CircleJob]]:
+    def circles(self, jobs: Sequence[RunJob]) -> dict[Hashable, list[cassini.CircleJob]]:
         """One entry per distinct set of (job, demand) among links shared by two or more jobs."""
         assert self.capacity is not None
         on_link: dict[int, list[tuple[RunJob, float]]] = {}
@@ -136,7 +137,7 @@ class CassiniNet:
             for link, nbytes in link_bytes(j, j.paths).items():
                 demand = min(1.0, nbytes / j.profile.duration / float(self.capacity[link]))
                 on_link.setdefault(link, []).append((j, demand))
-        out: dict[tuple, list[cassini.CircleJob]] = {}
+        out: dict[Hashable, list[cassini.CircleJob]] = {}
         for members in on_link.values():
             if len(members) < 2:
                 continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class Group:
         # Flows that share a link with another job's flow: only their levels can change with the
         # order. The others are alone in their contention part, whatever the order.
         table = flow_table(self.jobs)
-        users: dict[str, set[str]] = {}
+        users: dict[Hashable, set[str]] = {}
         for f in table.values():
             for link in f.links:
                 users.setdefault(link, set()).add(f.job)

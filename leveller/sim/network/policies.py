@@ -26,9 +26,14 @@ from leveller.sim.network.topology import Network
 
 
 class NetPolicy(Protocol):
-    name: str
-    tau: float | None
-    overlap: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tau(self) -> float | None: ...
+
+    @property
+    def overlap(self) -> bool: ...
 
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         """New paths (one per flow, in flow order) for the jobs whose paths change."""
