@@ -131,7 +131,7 @@ def send_report(address: str, body: bytes, secret: bytes | None,
         try:
             ch.unary_unary(REPORT).with_call(body, timeout=10, metadata=metadata)
         except grpc.RpcError as exc:
-            return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+            return exc.code(), exc.details() or ""
     return grpc.StatusCode.OK, ""
 
 

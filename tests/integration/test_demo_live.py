@@ -15,7 +15,7 @@ from leveller.demo.orchestrate import run_demo
 pytestmark = pytest.mark.privileged
 
 
-def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:
     from pyroute2 import netns
 
     name = "dm" + uuid.uuid4().hex[:8]

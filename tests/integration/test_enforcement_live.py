@@ -100,7 +100,7 @@ class Breaker:
         return running()
 
 
-def test_a_wrong_dscp_map_on_one_port_is_named_within_three_tau_and_clears(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrong_dscp_map_on_one_port_is_named_within_three_tau_and_clears(tmp_path) -> None:
     from pyroute2 import netns
 
     name = "en" + uuid.uuid4().hex[:8]

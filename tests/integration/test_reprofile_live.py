@@ -18,7 +18,7 @@ pytestmark = pytest.mark.privileged
 CHANGE_AT, NEW_COMPUTE, RUN_S = 18.0, 1.0, 55.0
 
 
-def test_a_drifting_job_is_profiled_again_and_keeps_a_meaningful_r(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_drifting_job_is_profiled_again_and_keeps_a_meaningful_r(tmp_path) -> None:
     from pyroute2 import netns
 
     name = "rp" + uuid.uuid4().hex[:8]

@@ -109,7 +109,7 @@ class Wire(threading.Thread):
 def _summary(proc: Proc) -> dict[str, Any]:
     m = re.search(r"leveller-ddp-done (\{.*\})", proc.output())
     assert m, f"no summary from the rank: {proc.output()}"
-    return json.loads(m.group(1))  # type: ignore[no-any-return]
+    return json.loads(m.group(1))
 
 
 def _agent_iterations(agent: Proc) -> int:

@@ -25,13 +25,13 @@ def write(tmp_path: Path, data: object) -> str:
     return str(path)
 
 
-def test_figure6(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_figure6(capsys, tmp_path) -> None:
     assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"levels": {"f1": 1, "f21": 0, "f22": 1, "f3": 0, "f4": 0}}
 
 
-def test_ranking_uses_rates_not_names(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_ranking_uses_rates_not_names(capsys, tmp_path) -> None:
     data = json.loads(json.dumps(FIG6))
     data["jobs"]["J1"]["rate"] = 0.95  # J1 now best off: J2 leads the first part
     assert main(["levels", "--input", write(tmp_path, data), "--levels", "2", "--json"]) == 0
@@ -39,7 +39,7 @@ def test_ranking_uses_rates_not_names(capsys, tmp_path) -> None:  # type: ignore
     assert levels["f21"] == 1 and levels["f22"] == 1 and levels["f1"] == 0
 
 
-def test_equal_rates_tie_goes_to_job_listed_first(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_equal_rates_tie_goes_to_job_listed_first(capsys, tmp_path) -> None:
     data = {"jobs": {"B": {"rate": 0.5}, "A": {"rate": 0.5}},
             "flows": {"a": {"job": "A", "links": ["L"]}, "b": {"job": "B", "links": ["L"]}}}
     assert main(["levels", "--input", write(tmp_path, data), "--levels", "2", "--json"]) == 0
@@ -55,7 +55,7 @@ def table_rows(text: str) -> list[list[str]]:
     ("3", {"f1": 2, "f21": 1, "f22": 2, "f3": 1, "f4": 1}),
     ("1", {"f1": 0, "f21": 0, "f22": 0, "f3": 0, "f4": 0}),
 ])
-def test_table_shows_every_flow_with_its_job_rate_links_and_level(capsys, tmp_path, k, levels) -> None:  # type: ignore[no-untyped-def]
+def test_table_shows_every_flow_with_its_job_rate_links_and_level(capsys, tmp_path, k, levels) -> None:
     assert main(["levels", "--input", write(tmp_path, FIG6), "--levels", k]) == 0
     out = capsys.readouterr().out
     assert f"{k} levels (K-1 = highest priority)" in out
@@ -79,19 +79,19 @@ def test_table_shows_every_flow_with_its_job_rate_links_and_level(capsys, tmp_pa
     ({"jobs": {"J1": {"rate": 0.5}}, "flows": {"f": {"job": "J1", "links": []}}}, "2",
      ["flows.f.links", "non-empty list"]),
 ])
-def test_bad_input(capsys, tmp_path, data, k, words) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input(capsys, tmp_path, data, k, words) -> None:
     assert main(["levels", "--input", write(tmp_path, data), "--levels", k, "--json"]) == 2
     err = capsys.readouterr().err
     for word in words:
         assert word in err
 
 
-def test_missing_file(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_file(capsys, tmp_path) -> None:
     assert main(["levels", "--input", str(tmp_path / "nope.json"), "--levels", "2"]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_too_many_flows_are_refused_before_any_work(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_too_many_flows_are_refused_before_any_work(capsys, tmp_path, monkeypatch) -> None:
     import leveller.commands.levels as levels_cmd
 
     monkeypatch.setattr(levels_cmd, "MAX_FLOWS", 4)
@@ -103,7 +103,7 @@ def test_too_many_flows_are_refused_before_any_work(capsys, tmp_path, monkeypatc
     assert "MiB; at most" in capsys.readouterr().err
 
 
-def test_long_tables_are_cut_with_a_note(capsys, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_long_tables_are_cut_with_a_note(capsys, tmp_path, monkeypatch) -> None:
     import leveller.commands.levels as levels_cmd
 
     monkeypatch.setattr(levels_cmd, "MAX_TABLE_ROWS", 2)
@@ -113,7 +113,7 @@ def test_long_tables_are_cut_with_a_note(capsys, tmp_path, monkeypatch) -> None:
     assert "f1" in out and "S1,S2" in out  # highest level first, with its links
 
 
-def test_bench_cluster_file_round_trips_through_levels(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bench_cluster_file_round_trips_through_levels(capsys, tmp_path) -> None:
     """`leveller bench controller --write-levels` writes a FILE that `leveller levels` decides in full."""
     path = tmp_path / "cluster.json"
     assert main(["bench", "controller", "--write-levels", str(path), "--flows", "500"]) == 0

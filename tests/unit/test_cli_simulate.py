@@ -9,7 +9,7 @@ from leveller.cli import main
 TOL = 0.005
 
 
-def run_json(capsys, *argv: str) -> dict:  # type: ignore[no-untyped-def]
+def run_json(capsys, *argv: str) -> dict:
     assert main(["simulate", "link", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -20,7 +20,7 @@ def run_json(capsys, *argv: str) -> dict:  # type: ignore[no-untyped-def]
     ("leveller", "0", [0.857, 0.857]),
     ("leveller", "4", [0.857, 0.857]),
 ])
-def test_pair(capsys, policy: str, tau: str, expected: list) -> None:  # type: ignore[no-untyped-def]
+def test_pair(capsys, policy: str, tau: str, expected: list) -> None:
     out = run_json(capsys, "--job", "1:1", "--job", "1:2", "--policy", policy, "--tau", tau)
     assert out["policy"] == policy
     assert out["rates"] == pytest.approx(expected, abs=TOL)
@@ -28,32 +28,32 @@ def test_pair(capsys, policy: str, tau: str, expected: list) -> None:  # type: i
     assert out["avg"] == pytest.approx(sum(expected) / 2, abs=TOL)
 
 
-def test_trio(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_trio(capsys) -> None:
     trio = ["--job", "1:2", "--job", "1:2", "--job", "2:1"]
     assert run_json(capsys, *trio, "--policy", "fair")["rates"] == pytest.approx([0.5, 0.5, 0.667], abs=TOL)
     assert run_json(capsys, *trio, "--policy", "leveller")["rates"] == pytest.approx([0.6, 0.6, 0.6], abs=TOL)
     assert run_json(capsys, *trio, "--policy", "crux")["min"] == pytest.approx(0.0, abs=TOL)
 
 
-def test_rates_follow_job_order(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_rates_follow_job_order(capsys) -> None:
     out = run_json(capsys, "--job", "1:2", "--job", "1:1", "--policy", "crux")
     assert out["rates"] == pytest.approx([0.75, 1.0], abs=TOL)
 
 
-def test_gpus_change_crux_ranking(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_gpus_change_crux_ranking(capsys) -> None:
     # Job 2 with 4 GPUs: intensity 4*1/2 = 2 > 1, so now Job 2 runs at full speed.
     out = run_json(capsys, "--job", "1:1", "--job", "1:2:4", "--policy", "crux")
     assert out["rates"][1] == pytest.approx(1.0, abs=TOL)
     assert out["rates"][0] < 0.9
 
 
-def test_preset_and_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_preset_and_cycles(capsys) -> None:
     out = run_json(capsys, "--preset", "fig3", "--policy", "leveller", "--cycles", "12")
     assert out["rates"] == pytest.approx([0.83, 0.83], abs=TOL)  # digest: R is 0.83 at t = 36
     assert out["horizon"] == 36
 
 
-def test_table_and_timeline(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_table_and_timeline(capsys, tmp_path) -> None:
     png = tmp_path / "pair.png"
     assert main(["simulate", "link", "--preset", "fig3", "--policy", "fair", "--timeline", str(png)]) == 0
     out = capsys.readouterr().out
@@ -78,14 +78,14 @@ def test_table_and_timeline(capsys, tmp_path) -> None:  # type: ignore[no-untype
     ([], ["--job", "--preset"]),
     (["--job", "1:1", "--preset", "fig3"], ["not both"]),
 ])
-def test_bad_input(capsys, argv: list, words: list) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input(capsys, argv: list, words: list) -> None:
     assert main(["simulate", "link", *argv, "--json"]) == 2
     err = capsys.readouterr().err
     for word in words:
         assert word in err
 
 
-def test_unknown_policy_is_rejected_with_choices(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_policy_is_rejected_with_choices(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "link", "--job", "1:1", "--policy", "fifo"])
     assert exc.value.code == 2
@@ -113,7 +113,7 @@ def test_runs_over_the_event_budget_are_refused_at_once(argv: list) -> None:
     assert "--max-events 1,000,000" in out.stderr and "events" in out.stderr, out.stderr
 
 
-def test_the_budget_can_be_raised_and_lowered(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_budget_can_be_raised_and_lowered(capsys) -> None:
     assert main(["simulate", "link", "--preset", "fig3", "--max-events", "7504", "--json"]) == 2
     assert "up to 7,505 events" in capsys.readouterr().err
     out = run_json(capsys, "--preset", "fig3", "--max-events", "7505")

@@ -20,13 +20,13 @@ PAIR = [{"name": "a", "hosts": ["h1", "h3"], "compute": 1, "bytes": RATE},
         {"name": "b", "hosts": ["h2", "h4"], "compute": 1, "bytes": 2 * RATE}]
 
 
-def run(capsys, *argv: str):  # type: ignore[no-untyped-def]
+def run(capsys, *argv: str):
     code = main(["simulate", "network", *argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-def test_json_contract(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_json_contract(tmp_path, capsys) -> None:
     code, out, _ = run(capsys, "--topology", "dumbbell", "--jobs", jobs_file(tmp_path, PAIR),
                        "--policy", "leveller", "--levels", "2", "--duration", "1500", "--json")
     assert code == 0
@@ -41,7 +41,7 @@ def test_json_contract(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def
     assert data["sim_seconds"] == 1500 and data["events"] > 0
 
 
-def test_several_policies_give_a_list_and_plots(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_several_policies_give_a_list_and_plots(tmp_path, capsys) -> None:
     plots = tmp_path / "plots"
     code, out, _ = run(capsys, "--topology", "dumbbell", "--jobs", jobs_file(tmp_path, PAIR),
                        "--policy", "fair,leveller", "--duration", "300", "--plot", str(plots), "--json")
@@ -62,7 +62,7 @@ def test_several_policies_give_a_list_and_plots(tmp_path, capsys) -> None:  # ty
         assert drawn["crux"] == 0 and drawn["cassini"] == 0, (name, drawn)
 
 
-def test_synthetic_trace_table(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_synthetic_trace_table(capsys) -> None:
     code, out, _ = run(capsys, "--topology", "fabric:gpus=64,gpus_per_host=4,hosts_per_leaf=2,spines=2",
                        "--trace", "synthetic:jobs=6,min_s=5,max_s=10,max_hosts=4", "--seed", "2",
                        "--policy", "fair", "--duration", "60")
@@ -80,7 +80,7 @@ def test_synthetic_trace_table(capsys) -> None:  # type: ignore[no-untyped-def]
     ([PAIR[0], PAIR[0]], "used twice"),
     ([{**PAIR[0], "gpus": 4}], "unknown key 'gpus'"),
 ])
-def test_bad_jobs_fail_before_the_run(tmp_path, capsys, jobs, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_jobs_fail_before_the_run(tmp_path, capsys, jobs, message) -> None:
     code, out, err = run(capsys, "--topology", "dumbbell", "--jobs", jobs_file(tmp_path, jobs),
                          "--duration", "10", "--json")
     assert code == 2 and out == ""
@@ -95,18 +95,18 @@ def test_bad_jobs_fail_before_the_run(tmp_path, capsys, jobs, message) -> None: 
     (["--trace", "synthetic:jobs=2", "--tau", "-1"], "--tau = '-1'"),
     (["--trace", "replay:x.csv"], "only synthetic"),
 ])
-def test_bad_options_fail_before_the_run(capsys, argv, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_options_fail_before_the_run(capsys, argv, message) -> None:
     code, out, err = run(capsys, "--topology", "dumbbell", *argv, "--duration", "10", "--json")
     assert code == 2 and out == ""
     assert message in err
 
 
-def test_endless_job_needs_a_duration(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_endless_job_needs_a_duration(tmp_path, capsys) -> None:
     code, _, err = run(capsys, "--topology", "dumbbell", "--jobs", jobs_file(tmp_path, PAIR), "--json")
     assert code == 2 and "give --duration" in err
 
 
-def test_no_path_between_hosts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_no_path_between_hosts(tmp_path) -> None:
     from leveller.commands.simulate_network import check_paths
     from leveller.core.topology import Host, Link, Switch, Topology
     from leveller.errors import UserError
@@ -122,14 +122,14 @@ def test_no_path_between_hosts(tmp_path) -> None:  # type: ignore[no-untyped-def
         check_paths(jobs, net)
 
 
-def test_help_teaches_with_examples(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_help_teaches_with_examples(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "network", "--help"])
     out = capsys.readouterr().out
     assert "fabric:gpus=1024" in out and "synthetic:jobs=200" in out and "--policy" in out
 
 
-def test_bench_network_sim_prints_figures(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_bench_network_sim_prints_figures(capsys) -> None:
     assert main(["bench", "network-sim", "--gpus", "128", "--policy", "fair", "--jobs", "80",
                  "--duration", "900", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["128"]["fair"]
@@ -137,7 +137,7 @@ def test_bench_network_sim_prints_figures(capsys) -> None:  # type: ignore[no-un
     assert row["iterations"] > 0 and row["events"] > 0 and row["events_per_s"] > 0
 
 
-def test_example_pair_file(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_example_pair_file(capsys) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "dumbbell-pair.json"
     code, out, _ = run(capsys, "--topology", "dumbbell", "--jobs", str(example), "--policy", "crux",
                        "--levels", "2", "--duration", "3000", "--json")

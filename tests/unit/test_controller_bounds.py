@@ -98,7 +98,7 @@ def test_job_shape_is_bounded(text: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["1e308", "86401", "inf", "0"])
-def test_agent_refuses_an_unbounded_ideal_time_before_starting(value: str, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_agent_refuses_an_unbounded_ideal_time_before_starting(value: str, tmp_path, capsys) -> None:
     from leveller.cli import main
 
     log = tmp_path / "j.log"

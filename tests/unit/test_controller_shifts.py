@@ -113,8 +113,8 @@ def test_replies_point_at_the_plans_phase_from_any_instant() -> None:
     plan = planner.plan
     for now in (10.0, 10.3, 17.77):
         for s in planner.replies(["j1", "j2", "other"], now):
-            assert 0 <= s.start_in_s < s.period_s and s.plan == plan.plan  # type: ignore[union-attr]
-            target = plan.anchor + plan.shifts[s.job]  # type: ignore[union-attr]
+            assert 0 <= s.start_in_s < s.period_s and s.plan == plan.plan
+            target = plan.anchor + plan.shifts[s.job]
             phase = (now + s.start_in_s - target) % s.period_s
             assert min(phase, s.period_s - phase) < 1e-9
 
@@ -142,10 +142,10 @@ def test_job_shape_takes_an_optional_slack() -> None:
 
 
 class Flows:
-    def __init__(self, key, nbytes: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, key, nbytes: int) -> None:
         self.key, self.nbytes = key, nbytes
 
-    def read_flows(self):  # type: ignore[no-untyped-def]
+    def read_flows(self):
         from leveller.agent.reports import FlowSample
         return {self.key: FlowSample(self.nbytes)}
 
@@ -161,7 +161,7 @@ def test_controller_under_cassini_sends_each_host_its_jobs_shifts_and_the_agent_
         (tmp_path / host).mkdir()
 
         class Direct:
-            def report(self, report, known_jobs=None):  # type: ignore[no-untyped-def]
+            def report(self, report, known_jobs=None):
                 return reply_from_wire(reply_to_wire(ctl.report(report, time.time())), known_jobs)
 
         agents.append(Agent(host, [(LogTailer(str(log)), RateTracker())], Direct(), RecordingEnforcer(),

@@ -59,7 +59,7 @@ def test_crux_intensity_values() -> None:
 
 
 @pytest.mark.parametrize("policy", [CruxPolicy(), LevellerPolicy(), FairPolicy()])
-def test_every_policy_refuses_two_jobs_with_one_name(policy) -> None:  # type: ignore[no-untyped-def]
+def test_every_policy_refuses_two_jobs_with_one_name(policy) -> None:
     jobs = [JobView("a", rate=0.5, compute=1.0, comm=1.0), JobView("b", rate=0.7, compute=2.0, comm=1.0),
             JobView("a", rate=0.9, compute=3.0, comm=1.0)]
     with pytest.raises(ValueError, match="unique"):

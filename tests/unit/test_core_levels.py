@@ -85,7 +85,7 @@ def test_bad_input() -> None:
 
 
 @st.composite
-def flow_sets(draw):  # type: ignore[no-untyped-def]
+def flow_sets(draw):
     njobs = draw(st.integers(1, 5))
     nflows = draw(st.integers(1, 8))
     flows = {}
@@ -98,7 +98,7 @@ def flow_sets(draw):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=150, deadline=None)
 @given(flow_sets())
-def test_levels_respect_the_order_on_every_contended_link(case) -> None:  # type: ignore[no-untyped-def]
+def test_levels_respect_the_order_on_every_contended_link(case) -> None:
     order, flows, k = case
     lv = assign_levels(order, flows, k)
     assert set(lv) == set(flows) and all(0 <= v < k for v in lv.values())
@@ -115,7 +115,7 @@ def test_levels_respect_the_order_on_every_contended_link(case) -> None:  # type
 # ---- equality with the pairwise-graph oracle (tests/levels_oracle.py) ------------------------------
 
 @st.composite
-def contention_cases(draw):  # type: ignore[no-untyped-def]
+def contention_cases(draw):
     """Orders, flows and K covering ties in rank (one job, many flows), K = 1, disconnected parts
     (more links than flows) and a job whose flows sit in different parts."""
     njobs = draw(st.integers(1, 6))
@@ -132,14 +132,14 @@ def contention_cases(draw):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=400, deadline=None)
 @given(contention_cases())
-def test_pruning_equals_the_pairwise_graph_oracle(case) -> None:  # type: ignore[no-untyped-def]
+def test_pruning_equals_the_pairwise_graph_oracle(case) -> None:
     order, flows, k = case
     assert assign_levels(order, flows, k) == oracle_levels(order, flows, k)
 
 
 @settings(max_examples=150, deadline=None)
 @given(contention_cases())
-def test_numpy_and_small_input_paths_agree_with_the_oracle(case) -> None:  # type: ignore[no-untyped-def]
+def test_numpy_and_small_input_paths_agree_with_the_oracle(case) -> None:
     order, flows, k = case
     names = list(flows)
     rank_of = {j: i for i, j in enumerate(order)}
@@ -199,7 +199,7 @@ def test_generated_cluster_levels_equal_the_oracle(n: int) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(contention_cases(), st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75]), min_size=6, max_size=6))
-def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:  # type: ignore[no-untyped-def]
+def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:
     """Through `leveller levels`' own parsing: equal R keeps the file's job order (the oracle gets the
     policy's order, computed independently of the pruning)."""
     from leveller.commands.levels import decide_levels, parse_input

@@ -10,7 +10,7 @@ from leveller.cli import main
 TOL = 0.005
 
 
-def test_model_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_model_json_and_pictures(capsys, tmp_path) -> None:
     assert main(["demo", "--model-only", "--json", "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["pair"]["fair"] == pytest.approx([0.75, 0.75], abs=TOL)
@@ -31,13 +31,13 @@ def test_model_json_and_pictures(capsys, tmp_path) -> None:  # type: ignore[no-u
     assert trio["wait"] > pair["wait"], (trio, pair)
 
 
-def test_model_table(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_model_table(capsys) -> None:
     assert main(["demo", "--model-only", "--no-plots", "--cycles", "300"]) == 0
     out = capsys.readouterr().out
     assert "pair" in out and "trio" in out and "0.857" in out and "0.600" in out
 
 
-def test_model_bad_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_model_bad_cycles(capsys) -> None:
     assert main(["demo", "--model-only", "--no-plots", "--cycles", "0"]) == 2
     assert "--cycles" in capsys.readouterr().err
 
@@ -45,7 +45,7 @@ def test_model_bad_cycles(capsys) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("args, field", [(["--unit", "0"], "--unit"), (["--seconds", "3"], "--seconds"),
                                          (["--policies", "fair,fifo"], "--policies"),
                                          (["--examples", "quartet"], "--examples")])
-def test_live_demo_bad_options_fail_before_building(capsys, args, field) -> None:  # type: ignore[no-untyped-def]
+def test_live_demo_bad_options_fail_before_building(capsys, args, field) -> None:
     assert main(["demo", "--no-plots", *args]) == 2
     err = capsys.readouterr().err
     assert field in err

@@ -130,7 +130,7 @@ def test_demo_jobs_count_frame_headers_and_clamp_their_window() -> None:
         JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=1.5)
 
 
-def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:
     from leveller.demo.cluster import DemoCluster
 
     first, second = DemoCluster("dx", tmp_path / "run"), DemoCluster("dx", tmp_path / "run")

@@ -204,7 +204,7 @@ DSCP_ENTRY = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(DSCP_ENTRY, max_size=5), st.booleans())
-def test_fast_dscp_bytes_validation_equals_the_full_checks(entries: list, with_flows: bool) -> None:  # type: ignore[type-arg]
+def test_fast_dscp_bytes_validation_equals_the_full_checks(entries: list, with_flows: bool) -> None:
     import copy
 
     import leveller.rpc.schema as schema

@@ -158,7 +158,7 @@ def _replay(address: str, run: str, seq: int) -> tuple[Any, str]:
         try:
             ch.unary_unary(REPORT).with_call(body, timeout=5, metadata=auth.metadata(SECRET, REPORT, time.time(), body))
         except grpc.RpcError as exc:
-            return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+            return exc.code(), exc.details() or ""
     return grpc.StatusCode.OK, ""
 
 
@@ -189,7 +189,7 @@ def test_concurrent_reports_leave_in_number_order(pair: tuple[Server, Server]) -
     assert len(a.handler.reports) == 40  # none refused as a replay
 
 
-def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:
     """Real controllers, a real agent loop step by step: after the failover, b's new decisions reach the
     agent by push (no report in between), from epoch 0 of b's own count."""
     from leveller.agent.rate_tracker import LogTailer, RateTracker
@@ -204,7 +204,7 @@ def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:  #
     from tests.fakes import RecordingEnforcer
 
     class OneFlow:
-        def read_flows(self):  # type: ignore[no-untyped-def]
+        def read_flows(self):
             return {KEY: FlowSample(1000)}
 
     ctls, servers = [], []

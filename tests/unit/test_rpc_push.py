@@ -49,7 +49,7 @@ def _agent(tmp_path: Path, address: str) -> tuple[Agent, RecordingEnforcer, Path
     return agent, enf, log
 
 
-def _wait(cond, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(cond, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not met before the deadline"

@@ -154,7 +154,7 @@ FLOW_VALUES = {
 
 
 @st.composite
-def flow_entries(draw):  # type: ignore[no-untyped-def]
+def flow_entries(draw):
     entry = {k: draw(v) for k, v in FLOW_VALUES.items()}
     for name in draw(st.lists(st.sampled_from(list(FLOW_VALUES) + ["extra"]), max_size=2, unique=True)):
         if name == "extra":
@@ -204,7 +204,7 @@ def test_many_plain_flows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) ->
        st.integers(0, 2**63 - 1), st.floats(0.001, 86400), st.floats(0, 1e6),
        st.lists(st.builds(JobShift, st.sampled_from(["j1", "a.b:c-d_9", "J"]), st.integers(0, 2**63 - 1),
                           st.floats(0, 10), st.floats(10.001, 86400)), max_size=3, unique_by=lambda s: s.job))
-def test_encode_reply_is_byte_for_byte_the_codec(  # type: ignore[no-untyped-def]
+def test_encode_reply_is_byte_for_byte_the_codec(
         flows, epoch, lease, age, shifts) -> None:
     levels = tuple(FlowLevel(flow_key("10.0.0.1", dst, port, 4791, proto), job, lvl)
                    for dst, port, proto, job, lvl in flows)

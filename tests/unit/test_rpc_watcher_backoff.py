@@ -28,7 +28,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(cond, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(cond, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, "condition not met before the deadline"

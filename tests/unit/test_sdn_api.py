@@ -103,7 +103,7 @@ def test_heavy_requests_go_through_offload() -> None:
     topo, logic, _ = make()
     ran: list[str] = []
 
-    def offload(work):  # type: ignore[no-untyped-def]
+    def offload(work):
         ran.append("offloaded")
         return work()
 
@@ -115,10 +115,10 @@ def test_heavy_requests_go_through_offload() -> None:
     assert call(app, "GET", "/health")[0] == 200 and ran == ["offloaded"] * 3  # /health stays on the loop
 
 
-def call_raw(app, method, path, body, length):  # type: ignore[no-untyped-def]
+def call_raw(app, method, path, body, length):
     out = {}
 
-    def start(status, headers):  # type: ignore[no-untyped-def]
+    def start(status, headers):
         out["status"] = int(status.split()[0])
 
     data = b"".join(app({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "",

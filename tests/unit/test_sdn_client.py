@@ -27,7 +27,7 @@ def served() -> Iterator[tuple[str, list[str]]]:
     _, logic, app = make()
     seen: list[str] = []
 
-    def recording(environ, start):  # type: ignore[no-untyped-def]
+    def recording(environ, start):
         seen.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}")
         return app(environ, start)
 

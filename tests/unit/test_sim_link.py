@@ -45,12 +45,12 @@ def test_fig3_leveller_rate_at_t36() -> None:
     assert rates("fig3", "leveller", cycles=12) == pytest.approx([0.83, 0.83], abs=TOL)
 
 
-def kinds_at(res, t: Fraction) -> tuple:  # type: ignore[no-untyped-def]
+def kinds_at(res, t: Fraction) -> tuple:
     return tuple(next(s.kind for s in res.segments if s.job == j and s.start <= t < s.end)
                  for j in range(len(res.jobs)))
 
 
-def repeats_with(res, period: int, start: int = 400) -> bool:  # type: ignore[no-untyped-def]
+def repeats_with(res, period: int, start: int = 400) -> bool:
     grid = [Fraction(start) + Fraction(i, 4) for i in range(4 * 56)]
     return all(kinds_at(res, t) == kinds_at(res, t + period) for t in grid)
 
@@ -101,7 +101,7 @@ def test_bad_arguments() -> None:
         simulate_link(PRESETS["fig3"], make_policy("fair"), levels=0)
 
 
-def test_timeline_png(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_timeline_png(tmp_path) -> None:
     from leveller.sim.timeline import COLORS, plot_timelines
     from tests.pictures import colour_pixels, shares, widest_row_coverage
 
@@ -125,7 +125,7 @@ job_sets = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1,
 
 @settings(max_examples=25, deadline=None)
 @given(job_sets, st.sampled_from([0, 2, 5]))
-def test_leveller_meets_the_paper_bound(spec, tau) -> None:  # type: ignore[no-untyped-def]
+def test_leveller_meets_the_paper_bound(spec, tau) -> None:
     jobs = [LinkJob(Fraction(c), Fraction(m)) for c, m in spec]
     res = simulate_link(jobs, make_policy("leveller", tau), cycles=150)
     bound = cycle_bound([(j.compute, j.comm) for j in jobs]).guaranteed
@@ -136,7 +136,7 @@ def test_leveller_meets_the_paper_bound(spec, tau) -> None:  # type: ignore[no-u
 
 @settings(max_examples=25, deadline=None)
 @given(job_sets, st.sampled_from(["fair", "crux", "leveller"]), st.integers(1, 3))
-def test_rates_stay_in_unit_interval(spec, policy, gpus) -> None:  # type: ignore[no-untyped-def]
+def test_rates_stay_in_unit_interval(spec, policy, gpus) -> None:
     jobs = [LinkJob(Fraction(c), Fraction(m), gpus) for c, m in spec]
     res = simulate_link(jobs, make_policy(policy), cycles=60)
     assert all(0 <= r <= 1 for r in res.rates)
@@ -148,7 +148,7 @@ def test_simulator_drives_the_policy_object_it_is_given() -> None:
     from leveller.core.policies import LevellerPolicy
 
     class Recording(LevellerPolicy):
-        def order(self, jobs):  # type: ignore[no-untyped-def]
+        def order(self, jobs):
             calls.append([(j.name, j.rate) for j in jobs])
             return super().order(jobs)
 
@@ -159,7 +159,7 @@ def test_simulator_drives_the_policy_object_it_is_given() -> None:
     assert calls[2] == [("1", Fraction(1, 2)), ("2", Fraction(3, 4))]  # t = 4: Job 2 ended one
 
     class Reversed(LevellerPolicy):  # a policy that favours the highest R: opposite result
-        def order(self, jobs):  # type: ignore[no-untyped-def]
+        def order(self, jobs):
             return list(reversed(super().order(jobs)))
 
     res = simulate_link(PRESETS["fig3"], Reversed(tau=0), cycles=300)
@@ -169,7 +169,7 @@ def test_simulator_drives_the_policy_object_it_is_given() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3)), min_size=1, max_size=4),
        st.sampled_from(["fair", "crux", "leveller"]), st.sampled_from([None, "0", "1/2", "3"]), st.integers(1, 12))
-def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:  # type: ignore[no-untyped-def]
+def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:
     """The budget check counts on event_bound never being below what a run really takes."""
     from leveller.sim.link import event_bound
 
@@ -191,7 +191,7 @@ def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:  # 
 PAIR = [LinkJob(F(1), F(1)), LinkJob(F(1), F(1))]
 
 
-def by_job(result, job: int) -> list[tuple[str, F, F]]:  # type: ignore[no-untyped-def]
+def by_job(result, job: int) -> list[tuple[str, F, F]]:
     return [(s.kind, s.start, s.end) for s in result.segments if s.job == job]
 
 

@@ -17,7 +17,7 @@ from leveller.sim.presets import PRESETS
 TOL = 0.01
 
 
-def dumbbell_jobs(shapes, hosts_per_side):  # type: ignore[no-untyped-def]
+def dumbbell_jobs(shapes, hosts_per_side):
     """Job i on (h_i, h_{i+n}) across the bottleneck: compute C s, bytes = M s x bottleneck rate."""
     net = load_network(f"dumbbell:hosts_per_side={hosts_per_side}")
     rate = net.capacity[net.index["s1>s2"]]
@@ -98,7 +98,7 @@ def test_iterations_limit_finishes_and_frees_hosts_for_the_queue() -> None:
 
 
 @st.composite
-def scenarios(draw):  # type: ignore[no-untyped-def]
+def scenarios(draw):
     kind = draw(st.sampled_from(["leafspine", "dumbbell:hosts_per_side=3", "fabric:gpus=32,gpus_per_host=2,"
                                  "hosts_per_leaf=4,spines=2,gbps=1"]))
     net = load_network(kind)
@@ -127,14 +127,14 @@ def check_capacity(t: float, sim: Simulation) -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(scenarios())
-def test_random_networks_never_exceed_capacity(case) -> None:  # type: ignore[no-untyped-def]
+def test_random_networks_never_exceed_capacity(case) -> None:
     net, jobs, policy, levels, tau = case
     Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20, on_rates=check_capacity).run()
 
 
 @settings(max_examples=25, deadline=None)
 @given(scenarios())
-def test_fast_forward_of_lone_jobs_is_exact(case) -> None:  # type: ignore[no-untyped-def]
+def test_fast_forward_of_lone_jobs_is_exact(case) -> None:
     """Closed-form advance of a job alone on its links gives what the event loop gives."""
     net, jobs, policy, levels, tau = case
     fast = Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20).run()
@@ -169,7 +169,7 @@ def test_leveller_with_tau_matches_simulate_link() -> None:
     assert [j.rate for j in got.jobs] == pytest.approx([float(r) for r in link.rates], abs=1e-3)
 
 
-def overlap_runs(shapes):  # type: ignore[no-untyped-def]
+def overlap_runs(shapes):
     """Static priority (core CruxPolicy, by G*C/M) with and without the overlap rule on dumbbell
     jobs (compute s, comm s, slack s): the first job always holds the top level."""
     from leveller.core.policies import CruxPolicy

@@ -10,7 +10,7 @@ from leveller.sim.network.fluid import Incidence, link_load, max_min_rates
 REL = 1e-7
 
 
-def rates_of(paths, cap, levels=None, active=None):  # type: ignore[no-untyped-def]
+def rates_of(paths, cap, levels=None, active=None):
     inc = Incidence.from_paths(paths, len(cap))
     levels = np.zeros(len(paths), dtype=int) if levels is None else np.asarray(levels)
     active = np.ones(len(paths), dtype=bool) if active is None else np.asarray(active)
@@ -44,7 +44,7 @@ def test_inactive_flows_get_nothing_and_take_nothing() -> None:
     assert r.tolist() == pytest.approx([10.0, 0.0])
 
 
-def test_sparse_and_dense_incidence_agree(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_sparse_and_dense_incidence_agree(monkeypatch) -> None:
     paths = [[0, 1], [1, 2], [2], [0, 2], [1]]
     cap = [5.0, 7.0, 3.0]
     _, dense = rates_of(paths, cap, levels=[0, 1, 0, 1, 0])
@@ -55,7 +55,7 @@ def test_sparse_and_dense_incidence_agree(monkeypatch) -> None:  # type: ignore[
 
 
 @st.composite
-def networks(draw):  # type: ignore[no-untyped-def]
+def networks(draw):
     n_links = draw(st.integers(1, 8))
     cap = draw(st.lists(st.floats(0.5, 100.0), min_size=n_links, max_size=n_links))
     n_flows = draw(st.integers(1, 12))
@@ -68,7 +68,7 @@ def networks(draw):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=200, deadline=None)
 @given(networks())
-def test_no_link_above_capacity(net) -> None:  # type: ignore[no-untyped-def]
+def test_no_link_above_capacity(net) -> None:
     paths, cap, levels, active = net
     inc, r = rates_of(paths, cap, levels, active)
     assert np.all(link_load(inc, r) <= cap * (1 + REL))
@@ -77,7 +77,7 @@ def test_no_link_above_capacity(net) -> None:  # type: ignore[no-untyped-def]
 
 @settings(max_examples=200, deadline=None)
 @given(networks())
-def test_within_a_level_every_flow_has_a_bottleneck(net) -> None:  # type: ignore[no-untyped-def]
+def test_within_a_level_every_flow_has_a_bottleneck(net) -> None:
     """Max-min per level: each active flow crosses a link that is full (counting this level and
     the levels above) and on which no flow of its level gets more than it."""
     paths, cap, levels, active = net
@@ -96,7 +96,7 @@ def test_within_a_level_every_flow_has_a_bottleneck(net) -> None:  # type: ignor
 
 @settings(max_examples=200, deadline=None)
 @given(networks())
-def test_higher_levels_never_slowed_by_lower_ones(net) -> None:  # type: ignore[no-untyped-def]
+def test_higher_levels_never_slowed_by_lower_ones(net) -> None:
     paths, cap, levels, active = net
     _, full = rates_of(paths, cap, levels, active)
     for lv in set(levels[active].tolist()):
