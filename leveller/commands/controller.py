@@ -210,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"epoch {ctl.epoch}: order {d.order} R {rates}; {len(d.levels)} flows", flush=True)
 
     if not args.json:
-        print(f"controller listening on port {port} ({'SHADOW mode: nothing is marked, ' if args.mode == 'shadow' else ''}"
+        shadow = "SHADOW mode: nothing is marked, " if args.mode == "shadow" else ""
+        print(f"controller listening on port {port} ({shadow}"
               f"policy {args.policy}, K={level_map.levels}, "
               f"tau={args.tau}s, lease={ctl.lease_s}s)" + (f", metrics on :{args.metrics_port}"
                                                           if args.metrics_port else ""), flush=True)

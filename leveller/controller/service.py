@@ -90,7 +90,7 @@ class Controller:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.shadow = ShadowLedger() if mode == "shadow" else None
-        self.metrics.registry.register(ShadowCollector(lambda: self.shadow))  # type: ignore[arg-type]
+        self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
     def report(self, report: Report, now: float) -> LevelsReply:

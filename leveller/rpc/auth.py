@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from leveller.errors import UserError
@@ -37,13 +38,14 @@ def metadata(secret: bytes | None, method: str, sent_at: float, body: bytes) -> 
     return ((TIME_KEY, f"{sent_at:.6f}"), (SIGNATURE_KEY, sign(secret, method, sent_at, body)))
 
 
-def verify(secret: bytes | None, method: str, body: bytes, md: dict[str, str], now: float) -> float:
+def verify(secret: bytes | None, method: str, body: bytes, md: Mapping[str, str | bytes], now: float) -> float:
     """The signed send time if ``md`` carries a fresh, valid signature of ``body``; else AuthError.
-    Without a secret (mutual TLS authenticates the peer instead) nothing is checked: ``now``."""
+    Without a secret (mutual TLS authenticates the peer instead) nothing is checked: ``now``.
+    ``md``: gRPC metadata, whose values are text except under keys ending in -bin (not ours)."""
     if secret is None:
         return now
     mac, when = md.get(SIGNATURE_KEY), md.get(TIME_KEY)
-    if not mac or not when:
+    if not isinstance(mac, str) or not isinstance(when, str) or not mac or not when:
         raise AuthError(f"missing {SIGNATURE_KEY}/{TIME_KEY} metadata: the shared secret is required")
     try:
         sent_at = float(when)

@@ -69,7 +69,7 @@ def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[]
             reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if tls:
-            from leveller.rpc.transport import _check_peer
+            from leveller.rpc.transport import _check_peer  # transport imports this module
             _check_peer(context, host, reject)
         if not slots.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -129,7 +129,7 @@ class LevelsWatcher:
                 self._channel.close()
             self.address, self.epoch = address, 0
             self._channel = channel(address, self.tls, client_options(self.max_bytes))
-            self._call = self._channel.unary_unary(WATCH)
+            self._call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(WATCH)
 
     def start(self) -> None:
         self._thread.start()

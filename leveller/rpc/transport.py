@@ -146,7 +146,7 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
     if secret is None and tls is None:
         raise ValueError("a shared secret or mutual TLS is required")
     svc = _Service(handler, secret, clock, max_message_bytes, on_reject, tls=tls is not None)
-    methods = {
+    methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
         "Report": grpc.unary_unary_rpc_method_handler(svc.report),
         "Status": grpc.unary_unary_rpc_method_handler(svc.status),
     }
@@ -178,8 +178,8 @@ class ControllerClient:
         self.run = run or new_run_id()
         self._seq = seq or itertools.count(1)
         self._channel = channel(address, tls, client_options(max_message_bytes))
-        self._report = self._channel.unary_unary(REPORT)
-        self._status = self._channel.unary_unary(STATUS)
+        self._report: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(REPORT)
+        self._status: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(STATUS)
 
     def close(self) -> None:
         self._channel.close()

@@ -2,7 +2,8 @@
 `leveller agent`s reporting as host h1: with h1's certificate (accepted), with h2's (refused: the
 certificate names another host), with a certificate of another CA (refused in the handshake), and
 with no certificate at all, only the lab HMAC secret (refused). `leveller status` with the admin
-certificate shows h1 and nothing else. The controller and the TLS agents have no HMAC secret (TLS only). No datapath: the reports carry jobs, not flows."""
+certificate shows h1 and nothing else. The controller and the TLS agents have no HMAC secret (TLS
+only). No datapath: the reports carry jobs, not flows."""
 
 from __future__ import annotations
 
@@ -45,13 +46,14 @@ def test_only_the_hosts_own_certificate_from_our_ca_is_accepted(tmp_path: Path) 
                  for name, argv in agents.items()}
         try:
             for name in agents:
-                wait_until(lambda: len(json_lines(tmp_path / f"{name}.out")) >= 2, 40,
-                           lambda: f"{name}: two reports: {procs[name].output()} controller: {ctl.output()}")
+                wait_until(lambda name=name: len(json_lines(tmp_path / f"{name}.out")) >= 2, 40,
+                           lambda name=name: f"{name}: two reports: {procs[name].output()} controller: {ctl.output()}")
             results = {name: json_lines(tmp_path / f"{name}.out") for name in agents}
             status = subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller", address,
                                      "--json", *_tls(ours, "admin")], capture_output=True, text=True, timeout=30)
             plain = subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller", address,
-                                    "--json"], capture_output=True, text=True, timeout=30, env=dict(os.environ, **SECRET_ENV))
+                                    "--json"], capture_output=True, text=True, timeout=30,
+                                   env=dict(os.environ, **SECRET_ENV))
         finally:
             for p in procs.values():
                 p.__exit__()
