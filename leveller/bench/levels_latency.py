@@ -244,13 +244,14 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
         try:
             say("starting iperf3 flows")
             seconds = str(int(30 + samples * (report_interval_s + 1.0) * 2))
-            for port in (PROBE_PORT, OTHER_PORT):
-                procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(port)]),
+            for iperf_port in (PROBE_PORT, OTHER_PORT):
+                procs.append(subprocess.Popen(pair.exec_in(pair.ns_b, ["iperf3", "-s", "-1", "-p", str(iperf_port)]),
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            for port, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
-                _wait(functools.partial(_listening, pair.ns_b, port), 10, f"iperf3 server on port {port}", 0.05)
+            for iperf_port, rate in ((PROBE_PORT, PROBE_RATE), (OTHER_PORT, "1M")):
+                _wait(functools.partial(_listening, pair.ns_b, iperf_port), 10, f"iperf3 server on port {iperf_port}",
+                      0.05)
                 procs.append(subprocess.Popen(pair.exec_in(pair.ns_a, [
-                    "iperf3", "-c", str(pair.ip_b), "-p", str(port), "-u", "-b", rate, "-l", str(PACKET_BYTES),
+                    "iperf3", "-c", str(pair.ip_b), "-p", str(iperf_port), "-u", "-b", rate, "-l", str(PACKET_BYTES),
                     "-t", seconds]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             log = _Log(Path(tmp) / "jobs.log", time.time() - 100.0)
             say("starting the agent (compiling the BPF program)")
