@@ -162,7 +162,8 @@ def test_a_job_called_tc_and_other_tricky_requests_over_the_socket(shim_build: P
                                                                            "results": []}
         bad = {
             b'{"op":"set_tc","job":"t\\"c","tc":5,"tc":6}': "duplicate key 'tc'",
-            b'{"op":"set_tc","job":"t\\"c","tc":5.5}': "field 'tc' must be an integer traffic class 0..255, got a number",
+            b'{"op":"set_tc","job":"t\\"c","tc":5.5}':
+                "field 'tc' must be an integer traffic class 0..255, got a number",
             b'{"op":"set_tc","job":"t\\"c","tc":-1}': "0..255, got -1",
             b'{"op":"set_tc","job":"t\\"c","tc":"5"}': "0..255, got a string",
             b'{"op":"set_tc","job":"t\\"c","tc":99999999999999999999}': "0..255, got a number",
