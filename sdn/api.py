@@ -36,11 +36,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
-from leveller.core.paths import flow_from_mapping
-
-from leveller.model.flow import FlowKey, PROTOCOLS, flow_key
-from leveller.errors import UserError
 from leveller.codec import SchemaError, loads
+from leveller.core.paths import flow_from_mapping
+from leveller.errors import UserError
+from leveller.model.flow import PROTOCOLS, FlowKey, flow_key
 
 Handler = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 T = TypeVar("T")

@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from leveller.core.paths import Path
-
-from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap
+from leveller.model.flow import FlowKey
 
 ETH_IPV4 = 0x0800
 ETH_IPV6 = 0x86DD

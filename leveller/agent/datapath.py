@@ -166,7 +166,7 @@ class Datapath:
     def _load(self) -> Any:
         """Compile the program with this datapath's map sizes, load it and open its maps (the one place
         bcc runs); returns the loaded function. DatapathError, with nothing left loaded, if that fails."""
-        from bcc import BPF  # noqa: PLC0415 (heavy, needs root)
+        from bcc import BPF
 
         try:
             self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=self._cflags())

@@ -7,7 +7,6 @@ record arrays handed to one batched bpf() call.
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 from collections.abc import Mapping
 from typing import Any

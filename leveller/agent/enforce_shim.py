@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from leveller.agent.reports import FlowSample
-from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, \
-    dscp_traffic_class
+from leveller.agent.reports import FlowSample, JobClassifier
+from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, dscp_traffic_class
 from leveller.model.flow import FlowKey, flow_key
 
 ROCE_V2_PORT = 4791

@@ -15,8 +15,8 @@ import ctypes
 import ipaddress
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

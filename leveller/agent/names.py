@@ -9,7 +9,6 @@ up in lock file names, so nothing here can leave the directory it is meant for.
 
 from __future__ import annotations
 
-
 from leveller.errors import UserError
 from leveller.model.limits import NETNS_PATTERN
 

@@ -15,10 +15,10 @@ import math
 from collections.abc import Iterable, Mapping
 
 from leveller.core.overlap import effective_level
-from leveller.model.flow import FlowKey
 from leveller.jobs.control import COMM_PATTERN, MAX_WAIT_S
-from leveller.model.errors import FieldError
 from leveller.model.checks import check_name
+from leveller.model.errors import FieldError
+from leveller.model.flow import FlowKey
 
 
 class OverlapWindows:

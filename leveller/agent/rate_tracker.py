@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from leveller.core.rate import progress_rate
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
-from leveller.model.errors import FieldError
 from leveller.model.checks import check_iterations, check_name, check_not_future, check_time
+from leveller.model.errors import FieldError
 from leveller.model.limits import MAX_JOBS
 
 RECENT = 64  # iteration end times kept per job (enough for the ideal-time profiler)

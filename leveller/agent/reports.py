@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from leveller.agent.rate_tracker import JobProgress
-from leveller.model.flow import FlowKey
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
-from leveller.model.errors import FieldError
 from leveller.model.checks import check_job, check_not_future
+from leveller.model.errors import FieldError
+from leveller.model.flow import FlowKey
 from leveller.model.limits import MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS
 from leveller.model.messages import FlowReport, JobReport, Report
 

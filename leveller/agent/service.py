@@ -44,7 +44,7 @@ from leveller.agent.lease import Lease
 from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.overlap import OverlapWindows
 from leveller.agent.rate_tracker import LogTailer, RateTracker
-from leveller.agent.reports import Classifier, FlowSample, FlowSource, build_report, merge_progress
+from leveller.agent.reports import Classifier, FlowSample, FlowSource, JobClassifier, build_report, merge_progress
 from leveller.model.errors import CallFailed
 from leveller.model.flow import FlowKey
 from leveller.model.messages import JobShift, LevelsReply, Report

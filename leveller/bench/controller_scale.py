@@ -178,11 +178,11 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
                        count: int, start_at: float, tau_s: float, until: float) -> dict[str, Any]:
     import grpc
 
-    from leveller.rpc import auth  # noqa: PLC0415
-    from leveller.codec import decode, encode  # noqa: PLC0415
-    from leveller.rpc.replay import new_run_id  # noqa: PLC0415
-    from leveller.rpc.schema import FlowReport, JobReport, Report, reply_from_wire, report_to_wire  # noqa: PLC0415
-    from leveller.rpc.transport import REPORT  # noqa: PLC0415
+    from leveller.codec import decode, encode
+    from leveller.rpc import auth
+    from leveller.rpc.replay import new_run_id
+    from leveller.rpc.schema import FlowReport, JobReport, Report, reply_from_wire, report_to_wire
+    from leveller.rpc.transport import REPORT
 
     sent: list[float] = []
     latency: list[float] = []
@@ -242,8 +242,8 @@ class _ReportBody:
     can emulate 1,000 agents without taking the CPU the controller is measured on."""
 
     def __init__(self, host: str, flows: list[tuple[Any, str]]) -> None:
-        from leveller.codec import encode  # noqa: PLC0415
-        from leveller.rpc.schema import FlowReport, Report, report_to_wire  # noqa: PLC0415
+        from leveller.codec import encode
+        from leveller.rpc.schema import FlowReport, Report, report_to_wire
 
         self.encode, self.to_wire = encode, report_to_wire
         entries = [encode(e)[len(b'{"bytes":0'):] for e in
@@ -380,9 +380,9 @@ def _raise_fd_limit(needed: int) -> None:
 
 def map_update_ms(entries: int = MAP_ENTRIES, runs: int = 21) -> float:
     """Median time of BpfEnforcer.apply changing the DSCP of ``entries`` flows (root: BPF)."""
-    from leveller.agent.datapath import load_detached  # noqa: PLC0415
-    from leveller.agent.enforce_bpf import BpfEnforcer  # noqa: PLC0415
-    from leveller.model.flow import FlowKey  # noqa: PLC0415
+    from leveller.agent.datapath import load_detached
+    from leveller.agent.enforce_bpf import BpfEnforcer
+    from leveller.model.flow import FlowKey
 
     keys = [FlowKey("10.0.0.1", f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", 1024 + i % 60000,
                     4791, 17) for i in range(entries)]

@@ -91,7 +91,7 @@ def check_tools() -> None:
 def bench_flows(src: ipaddress.IPv4Address, dst: ipaddress.IPv4Address, n: int) -> tuple[list[FlowKey], int]:
     """n distinct TCP flows src -> dst; the iperf3 data flow is at index n // 2 (returned)."""
     measured = flow_key(src, dst, IPERF_CPORT, IPERF_PORT)
-    others = []
+    others: list[FlowKey] = []
     i = 0
     while len(others) < n - 1:
         sport, dport = 1024 + i % 30000, 6000 + i // 30000

@@ -30,7 +30,7 @@ from typing import Any
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import DSCP_KEY_FORMAT, DSCP_STATS_FORMAT, KEY_FORMAT, STATS_FORMAT, key_records
 from leveller.bench.fuzz_oracle import CHECKS, ETH_HLEN, Flow, check, expect, frame_dscp, kernel_takes
-from leveller.bench.fuzz_packets import KINDS, FrameStream, FlowPlan, plan_flows
+from leveller.bench.fuzz_packets import KINDS, FlowPlan, FrameStream, plan_flows
 from leveller.model.flow import FlowKey, flow_key
 
 LEASE_S = 3600.0  # a lease that runs through any chunk

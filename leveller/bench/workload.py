@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 
 from leveller.core.paths import Router
-
-from leveller.model.flow import FlowKey
 from leveller.core.topology import Topology, topology_from_dict
+from leveller.model.flow import FlowKey
 
 HOSTS, RAILS, LEAVES, SPINES, JOBS = 128, 8, 16, 8, 37
 ROCE_PORT = 4791

@@ -66,14 +66,15 @@ import math
 import signal
 import socket
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from leveller.errors import UserError
+from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
+from leveller.model.flow import FlowKey
 
 if TYPE_CHECKING:
     from leveller.agent.reports import JobClassifier
-from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
-from leveller.model.flow import FlowKey
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

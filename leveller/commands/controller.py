@@ -131,10 +131,10 @@ def check_rate_options(args: argparse.Namespace) -> tuple[float | None, float | 
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
-    from leveller.model.shape import parse_job_shape
     from leveller.controller.paths import SdnPaths, level_map_for, path_provider
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
+    from leveller.model.shape import parse_job_shape
     from leveller.rpc.auth import load_secret
     from leveller.rpc.transport import serve
 

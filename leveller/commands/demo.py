@@ -31,9 +31,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from leveller.errors import UserError
 from leveller.demo.model_run import EXAMPLES, simulate
-from leveller.demo.scenario import PAPER, POLICIES, SHAPES
+from leveller.demo.scenario import PAPER, SHAPES
+from leveller.errors import UserError
+from leveller.model.limits import PAPER_POLICIES as POLICIES
+
 
 def run_model_only(args: argparse.Namespace) -> int:
     results, pictures = simulate(args.cycles, Path(args.out) if args.plots else None)

@@ -90,7 +90,8 @@ def _ints(text: str, option: str) -> list[int]:
 
 
 def _policies(text: str | None, fig9: bool) -> list[str]:
-    from leveller.demo.tenants import FIG9_POLICIES, POLICIES
+    from leveller.demo.tenants import FIG9_POLICIES
+    from leveller.model.limits import POLICIES
 
     if text is None:
         return list(FIG9_POLICIES if fig9 else POLICIES)

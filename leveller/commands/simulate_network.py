@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
-from leveller.model.limits import MAX_LEVELS, POLICIES as ALL
-
+from leveller.model.limits import MAX_LEVELS
+from leveller.model.limits import POLICIES as ALL
 
 
 def parse_policies(text: str) -> list[str]:

@@ -91,7 +91,8 @@ def _check_ovs_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leveller.core.qos import MAX_LEVELS, default_level_map
+    from leveller.core.qos import default_level_map
+    from leveller.model.limits import MAX_LEVELS
     from leveller.switchconfig import eos, ovs, sonic
 
     if not 1 <= args.levels <= MAX_LEVELS:

@@ -18,9 +18,9 @@ import numpy as np
 
 from leveller.controller.flowtable import UNKNOWN_PATH, FlowSnapshot, FlowTable
 from leveller.core.levels import prune
-from leveller.model.flow import FlowKey
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import progress_rate
+from leveller.model.flow import FlowKey
 from leveller.model.shape import JobShape
 
 __all__ = ["UNKNOWN_PATH", "Decision", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate"]

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Gauge
 
 from leveller.core.enforcement import Port, QueueCheck, QueueKey, Tolerance, compare, egress_ports, expected_bytes
-from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap, dscp_levels
+from leveller.model.flow import FlowKey
 from leveller.model.messages import Report
 
 LOG = logging.getLogger("leveller.controller")

@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from leveller.core.paths import Router
-
-from leveller.model.flow import FlowKey
 from leveller.core.qos import LevelMap, default_level_map, level_map_from_dict
 from leveller.core.topology import Topology
 from leveller.errors import UserError
+from leveller.model.flow import FlowKey
 
 Links = tuple[str, ...]
 

@@ -41,10 +41,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from leveller.controller.decide import JobInput
-from leveller.model.flow import FlowKey
 from leveller.core.profiling import IdealTimeProfiler, drifted, next_reprofile_time
-from leveller.core.rate import history_horizon, trim_history
+from leveller.core.rate import Number, history_horizon, trim_history
 from leveller.model.checks import check_not_future
+from leveller.model.flow import FlowKey
 from leveller.model.messages import Report
 
 LOG = logging.getLogger("leveller.controller")

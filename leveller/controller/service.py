@@ -42,7 +42,6 @@ from leveller.controller.shadow import ShadowCollector, ShadowLedger
 from leveller.controller.shifts import ShiftPlanner
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
-from leveller.controller.shadow import ShadowCollector, ShadowLedger
 from leveller.model.flow import FlowKey
 from leveller.model.limits import MODES
 from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report

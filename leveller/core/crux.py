@@ -66,8 +66,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from leveller.model.errors import UserError
 from leveller.core.rate import Number
+from leveller.model.errors import UserError
 
 L = TypeVar("L", bound=Hashable)
 K = TypeVar("K", bound=Hashable)

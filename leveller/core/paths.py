@@ -17,14 +17,16 @@ most ``limit`` of them (the first ones in that order).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, cast
 
 import networkx as nx
 
 from leveller.core.topology import Topology
 from leveller.model.errors import UserError
 from leveller.model.flow import FlowKey, flow_key, stable_hash
+
 
 @dataclass(frozen=True)
 class Hop:

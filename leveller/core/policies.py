@@ -27,7 +27,6 @@ from leveller.core.rate import Number
 from leveller.model.limits import POLICIES as POLICY_NAMES
 
 
-
 @dataclass(frozen=True)
 class JobView:
     """What a policy may know about one job at one instant."""

@@ -117,7 +117,8 @@ def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:
     k = level_map.levels
     for version, (proto, field), base in ((4, ("ip", "dsfield"), 0), (6, ("ip6", "priority"), k)):
         for i, (d, q) in enumerate(zip(level_map.dscp, level_map.queue)):
-            cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip" if version == 4 else "ipv6",
+            ethertype = "ip" if version == 4 else "ipv6"
+            cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", ethertype,
                          "prio", str(base + i + 1), "u32", "match", proto, field, f"0x{d << 2:02x}", "0xfc",
                          "flowid", htb_classid(q)])
     return cmds

@@ -18,9 +18,8 @@ from pathlib import Path
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.locking import exclusive
-from leveller.testbed.cluster import Testbed
 from leveller.procs import stop_pid
-from leveller.locking import exclusive
+from leveller.testbed.cluster import Testbed
 from leveller.testbed.state import DEFAULT_BASE, check_name
 
 PIDS_FILE = "demo-pids.json"

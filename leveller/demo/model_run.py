@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from leveller.demo.scenario import PAPER
 from leveller.errors import UserError
@@ -15,7 +15,7 @@ MODEL_RUNS = {"pair": (*PAPER["pair"], "leveller-tau4"), "trio": tuple(PAPER["tr
 EXAMPLES = {"pair": ("fig3", 15), "trio": ("fig1-trio", 21)}  # name -> (preset, timeline span)
 
 
-def simulate(cycles: int, plots_dir: Optional[Path]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def simulate(cycles: int, plots_dir: Path | None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The fluid single-link model of both examples (leveller.sim), optionally with timelines."""
     from leveller.core.policies import make_policy
     from leveller.sim.link import simulate_link

@@ -12,7 +12,8 @@ from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy
 from leveller.demo.measure import top_job_changes
 from leveller.demo.results import RunResult
-from leveller.demo.scenario import POLICIES, plan
+from leveller.demo.scenario import plan
+from leveller.model.limits import PAPER_POLICIES as POLICIES
 
 Step = Callable[[str, float], None]  # (what is running, fraction of that step done)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from leveller.errors import UserError
-from leveller.model.limits import PAPER_POLICIES as POLICIES  # the paper's worked examples compare these
 
 LINK_MBPS = 100.0
 LEVELS = 2

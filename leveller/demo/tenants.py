@@ -32,7 +32,6 @@ import numpy as np
 from leveller.core.topology import Topology, preset
 from leveller.demo.scenario import LiveJob
 from leveller.errors import UserError
-from leveller.model.limits import POLICIES
 
 FIG9_POLICIES = ("crux", "cassini", "leveller")
 LEAFSPINE_OPTIONS = {"hosts_per_leaf": 4}  # 12 hosts: the paper's 12 GPUs, one NIC each

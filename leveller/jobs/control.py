@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leveller.model.errors import FieldError
 from leveller.model.checks import check_name
+from leveller.model.errors import FieldError
 from leveller.model.limits import MAX_IDEAL_S
 
 SHIFT_VERSION = 1

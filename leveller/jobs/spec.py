@@ -35,7 +35,8 @@ def parse_worker(text: str) -> WorkerPlace:
         raise UserError(f"--worker {text!r}: {addr!r} is not an IP address (expected ADDR[@NETNS], "
                         "e.g. 10.0.0.1@h1 or 127.0.0.1)") from None
     if netns and (not NETNS_PATTERN.fullmatch(netns) or netns in (".", "..")):
-        raise UserError(f"--worker {text!r}: namespace {netns!r} is invalid (letters, digits, '_', '.', '-'; not . or ..)")
+        raise UserError(f"--worker {text!r}: namespace {netns!r} is invalid "
+                        "(letters, digits, '_', '.', '-'; not . or ..)")
     return WorkerPlace(addr, netns or None)
 
 

@@ -8,11 +8,20 @@ refuse), the controller's registry to what it stores.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from leveller.model.errors import FieldError, UserError
-from leveller.model.limits import (MAX_FUTURE_S, MAX_IDEAL_S, MAX_ITERATIONS, MAX_RECENT, MAX_WEIGHT, MIN_WEIGHT,
-                                   NAME_PATTERN, NAME_RULE)
+from leveller.model.limits import (
+    MAX_FUTURE_S,
+    MAX_IDEAL_S,
+    MAX_ITERATIONS,
+    MAX_RECENT,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    NAME_PATTERN,
+    NAME_RULE,
+)
 from leveller.model.messages import JobReport
 
 
@@ -24,7 +33,8 @@ def check_object(value: Any, field: str, required: Iterable[str], optional: Iter
     allowed = set(required) | set(optional)
     for key in value:
         if key not in allowed:
-            raise FieldError(f"{field}.{key}" if field else key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
+            where = f"{field}.{key}" if field else key
+            raise FieldError(where, f"unknown field; allowed: {', '.join(sorted(allowed))}")
     for key in required:
         if key not in value:
             raise FieldError(f"{field}.{key}" if field else key, "missing")

@@ -40,7 +40,7 @@ class FlowKey(NamedTuple):
         """4 or 6."""
         return 6 if ":" in self.src else 4
 
-    def reversed(self) -> "FlowKey":
+    def reversed(self) -> FlowKey:
         """The same flow seen from the other end (replies)."""
         return FlowKey(self.dst, self.src, self.dport, self.sport, self.proto)
 
@@ -48,7 +48,8 @@ class FlowKey(NamedTuple):
         return {"src": self.src, "dst": self.dst, "sport": self.sport, "dport": self.dport, "proto": self.proto}
 
     def label(self) -> str:
-        """Human-readable id (protocols without ports by number), e.g. ``tcp 10.0.0.1:40000>10.0.0.3:47000`` or ``udp [fd00::1]:5>[fd00::2]:6``."""
+        """Human-readable id (protocols without ports by number), e.g.
+        ``tcp 10.0.0.1:40000>10.0.0.3:47000`` or ``udp [fd00::1]:5>[fd00::2]:6``."""
         proto = PROTOCOL_NAMES[self.proto] if self.proto in PORT_PROTOCOLS else str(self.proto)
         if ":" in self.src:
             return f"{proto} [{self.src}]:{self.sport}>[{self.dst}]:{self.dport}"

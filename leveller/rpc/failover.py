@@ -33,8 +33,8 @@ from typing import Any
 
 import grpc
 
-from leveller.errors import UserError
 from leveller.codec import MAX_MESSAGE_BYTES
+from leveller.errors import UserError
 from leveller.rpc.replay import new_run_id
 from leveller.rpc.schema import LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, RpcFailure

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 import grpc
 
-from leveller.rpc import auth
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.checks import check_int, check_name, check_number, check_object
 from leveller.model.limits import MAX_COUNTER
 from leveller.model.messages import LevelsReply
+from leveller.rpc import auth
 from leveller.rpc.schema import VERSION, check_version, encode_reply, reply_from_wire
 
 SERVICE = "leveller.v1.Controller"

@@ -43,18 +43,38 @@ import operator
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, cast
 
-from leveller.model.checks import (check_ideal_time, check_int, check_iterations, check_list, check_name,
-                                   check_not_future, check_number, check_object, check_time, check_weight,
-                                   job_report)
-from leveller.model.errors import UserError
-from leveller.model.flow import PROTOCOL_NAMES, PORT_PROTOCOLS, FlowKey, flow_key
-from leveller.model.limits import (DSCP_MAX, MAX_COUNTER, MAX_DSCP_BYTES, MAX_FLOWS, MAX_JOBS, MAX_LEVELS,
-                                   MAX_RECENT, MODES, NAME_PATTERN)
-from leveller.model.messages import FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
+from leveller.model.checks import (
+    check_ideal_time,
+    check_int,
+    check_iterations,
+    check_list,
+    check_name,
+    check_not_future,
+    check_number,
+    check_object,
+    check_time,
+    check_weight,
+    job_report,
+)
+from leveller.model.errors import UserError
+from leveller.model.flow import PORT_PROTOCOLS, PROTOCOL_NAMES, FlowKey, flow_key
+from leveller.model.limits import (
+    DSCP_MAX,
+    MAX_COUNTER,
+    MAX_DSCP_BYTES,
+    MAX_FLOWS,
+    MAX_JOBS,
+    MAX_LEVELS,
+    MAX_RECENT,
+    MODES,
+    NAME_PATTERN,
+)
+from leveller.model.messages import FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report
 from leveller.rpc.replay import MAX_SEQ, RUN_RE
 
 __all__ = [  # the model's types and checks, re-exported for the wire's users
@@ -70,7 +90,7 @@ DSCP_FIELD = "flows_dscp"  # the report's bytes per flow and DSCP (Report.dscp_b
 _PROTOS: dict[Any, int] = {**{PROTOCOL_NAMES[n]: n for n in PORT_PROTOCOLS}, **{n: n for n in PORT_PROTOCOLS}}
 _NAME = NAME_PATTERN
 _inet_pton, _inet_ntop, _AF6 = socket.inet_pton, socket.inet_ntop, socket.AF_INET6
-_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_json_string = json.encoder.encode_basestring_ascii
 FLOW_KEYS = ("src", "dst", "sport", "dport", "proto")
 _obj, _list, _int, _num = check_object, check_list, check_int, check_number
 
@@ -156,10 +176,10 @@ def report_from_wire(msg: dict[str, Any]) -> Report:
     flows = _plain_report_flows(items, seen)
     if flows is None:  # some entry is unusual: the full checks, whose errors name the field
         flows = []
-        for i, raw, key, job in _flow_entries(items, ("bytes",), seen):
-            if job not in seen:
-                raise SchemaError(f"flows[{i}].job", f"{job!r} is not one of this report's jobs {sorted(seen)}")
-            flows.append(FlowReport(key, job, _int(raw["bytes"], f"flows[{i}].bytes", 0, MAX_COUNTER)))
+        for i, raw, key, owner in _flow_entries(items, ("bytes",), seen):
+            if owner not in seen:
+                raise SchemaError(f"flows[{i}].job", f"{owner!r} is not one of this report's jobs {sorted(seen)}")
+            flows.append(FlowReport(key, owner, _int(raw["bytes"], f"flows[{i}].bytes", 0, MAX_COUNTER)))
     by_dscp = msg.get(DSCP_FIELD)
     return Report(host, tuple(jobs), tuple(flows), run, seq,
                   () if by_dscp is None else _dscp_bytes(by_dscp, len(flows)))

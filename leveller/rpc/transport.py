@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 import grpc
 
+from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.errors import CallFailed
 from leveller.rpc import auth
-from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import (
     VERSION,

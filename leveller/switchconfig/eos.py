@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, dscp_levels
+from leveller.model.errors import UserError
 from leveller.switchconfig import check_port_name
 
 PROFILE = "LEVELLER"

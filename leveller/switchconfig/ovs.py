@@ -21,8 +21,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from leveller.model.errors import UserError
 from leveller.core.qos import LevelMap, QueueConfig, dscp_levels, htb_classid, queue_configs, tc_dscp_filters
+from leveller.model.errors import UserError
 
 QUEUE_MODES = ("set_queue", "tc")
 DEFAULT_PORTS = ("eth0",)

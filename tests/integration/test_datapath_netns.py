@@ -6,7 +6,6 @@ a socket in ns_b plus an AF_PACKET capture on ns_b's veth end.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import shutil
@@ -21,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from leveller.model.flow import flow_key
 from leveller.errors import UserError
+from leveller.model.flow import flow_key
 
 from .support import fresh_cgroup
 

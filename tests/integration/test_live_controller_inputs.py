@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 import pytest
 
-from leveller.rpc import auth
 from leveller.codec import encode
+from leveller.rpc import auth
 from leveller.rpc.replay import new_run_id
 from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure
 

@@ -13,8 +13,9 @@ import uuid
 
 import pytest
 
-from leveller.model.flow import flow_key
+from leveller.controller.paths import SdnPaths
 from leveller.core.topology import preset
+from leveller.model.flow import flow_key
 from leveller.testbed.cluster import Testbed
 from leveller.testbed.traffic import host_python
 from sdn.client import SdnClient

@@ -23,10 +23,10 @@ from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.service import Agent
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.model.flow import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
+from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.transport import ControllerClient, serve
 from tests.fakes import RecordingEnforcer
 

@@ -11,8 +11,8 @@ from leveller.agent.metrics import AgentMetrics
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.service import Agent
-from leveller.model.flow import FlowKey, flow_key
 from leveller.jobs.logline import format_line
+from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
 from tests.fakes import RecordingEnforcer

@@ -7,11 +7,18 @@ from pathlib import Path
 import pytest
 
 from leveller.agent.rate_tracker import JobProgress, RateTracker
-from leveller.agent.reports import (Classifier, CgroupRule, FlowSample, build_report, merge_progress,
-                                    parse_cgroup_rule, parse_port_rule)
-from leveller.model.flow import flow_key
+from leveller.agent.reports import (
+    CgroupRule,
+    Classifier,
+    FlowSample,
+    build_report,
+    merge_progress,
+    parse_cgroup_rule,
+    parse_port_rule,
+)
 from leveller.errors import UserError
 from leveller.jobs.logline import format_line
+from leveller.model.flow import flow_key
 
 A = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)   # to job a's port
 B = flow_key("10.0.0.1", "10.0.0.3", 40001, 48001)   # to job b's port

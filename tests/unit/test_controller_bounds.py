@@ -14,16 +14,16 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
+from leveller.codec import SchemaError, decode, encode
 from leveller.controller.decide import MAX_RATE, JobInput, job_rate
-from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
-from leveller.codec import SchemaError, decode, encode
+from leveller.model.flow import flow_key
 from leveller.model.limits import MAX_IDEAL_S
+from leveller.model.shape import parse_job_shape
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from leveller.controller.decide import JobInput, decide, job_rate
-from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
+from leveller.model.flow import flow_key
 
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
 FB = flow_key("10.0.0.2", "10.0.0.3", 40001, 48000)

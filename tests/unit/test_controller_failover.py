@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from leveller.controller.paths import TopologyPaths
 from leveller.controller.service import Controller
-from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
+from leveller.model.flow import flow_key
 from leveller.rpc.schema import FlowReport, JobReport, LevelsReply, Report
 
 NOW = 1_000_000.0

@@ -12,9 +12,9 @@ import leveller.controller.flowtable as flowtable
 import leveller.controller.metrics as metrics
 from leveller.controller.flowtable import UNKNOWN_PATH, FlowTable
 from leveller.controller.service import Controller
-from leveller.model.flow import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
+from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, Report
 
 NOW = 1000.0

@@ -8,9 +8,9 @@ import pytest
 
 from leveller.controller.paths import SdnPaths, SingleLinkPaths, TopologyPaths, path_provider
 from leveller.core.paths import choose_path
-from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.errors import UserError
+from leveller.model.flow import flow_key
 
 
 class ShortAnswers:

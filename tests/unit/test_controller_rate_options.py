@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from leveller.codec import SchemaError
 from leveller.commands.options import parse_weights
 from leveller.controller.decide import JobInput, job_rate
 from leveller.controller.registry import MAX_SAMPLES, Registry
 from leveller.core.policies import make_policy
 from leveller.errors import UserError
-from leveller.codec import SchemaError
 from leveller.rpc.schema import JobReport, Report, job_from_wire, job_to_wire
 
 

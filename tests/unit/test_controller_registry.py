@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from leveller.codec import SchemaError
 from leveller.controller.registry import Registry
 from leveller.model.flow import flow_key
-from leveller.codec import SchemaError
 from leveller.rpc.schema import FlowReport, JobReport, Report
 
 F = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)

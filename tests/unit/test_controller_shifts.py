@@ -12,19 +12,19 @@ from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, parse_port_rule
 from leveller.agent.service import Agent
 from leveller.agent.shifts import ShiftFiles
+from leveller.codec import SchemaError
 from leveller.controller.decide import JobInput, JobShape
-from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.controller.shifts import ShiftPlanner, circle, job_links
 from leveller.core.cassini import link_rotations, shift_overlap
-from leveller.model.flow import flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
 from leveller.jobs.control import ShiftFollower, shift_path
 from leveller.jobs.logline import format_line
-from leveller.codec import SchemaError
+from leveller.model.flow import flow_key
+from leveller.model.shape import parse_job_shape
 from leveller.rpc.schema import FlowLevel, JobShift, LevelsReply, reply_from_wire, reply_to_wire
 from tests.fakes import RecordingEnforcer
 

@@ -11,12 +11,12 @@ from fractions import Fraction
 import pytest
 
 from leveller.core import crux
-from leveller.model.errors import UserError
 from leveller.core.levels import Flow, assign_levels
-from leveller.model.flow import flow_key
 from leveller.core.policies import CruxPolicy, FairPolicy, JobView, LevellerPolicy
 from leveller.core.profiling import IdealTimeProfiler
 from leveller.core.rate import progress_rate
+from leveller.model.errors import UserError
+from leveller.model.flow import flow_key
 
 # Two jobs on one link: with a correct order "b" first, b's flow is on top.
 FLOWS = {"fa": Flow("a", ("l1",)), "fb": Flow("b", ("l1",))}

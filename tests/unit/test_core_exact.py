@@ -17,11 +17,7 @@ import pytest
 from leveller.core import crux
 from leveller.core.bound import cycle_bound, fraction_lcm
 from leveller.core.cassini import CircleJob, compatibility, link_rotations, unified_period
-from leveller.model.errors import UserError
-from leveller.core.paths import choose_path, flow_from_mapping, shortest_paths, graph
-from leveller.model.flow import flow_key, stable_hash
-from leveller.core.qos import (LevelMap, QueueConfig, default_level_map, dscp_levels, htb_classid, level_map_from_dict,
-                               queue_configs, tc_dscp_filters)
+from leveller.core.paths import choose_path, flow_from_mapping, graph, shortest_paths
 from leveller.core.profiling import IdealTimeProfiler, estimate_ideal_time, next_reprofile_time
 from leveller.core.qos import (
     LevelMap,
@@ -34,6 +30,8 @@ from leveller.core.qos import (
     tc_dscp_filters,
 )
 from leveller.core.topology import preset
+from leveller.model.errors import UserError
+from leveller.model.flow import flow_key, stable_hash
 
 
 def test_tc_filters_for_two_levels() -> None:

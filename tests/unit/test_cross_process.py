@@ -14,9 +14,8 @@ import subprocess
 import sys
 
 from leveller.core.paths import choose_path
-
-from leveller.model.flow import flow_key, stable_hash
 from leveller.core.topology import preset
+from leveller.model.flow import flow_key, stable_hash
 
 FLOWS = [("10.0.0.1", "10.0.0.6", 40000 + i, 5201, "tcp") for i in range(24)] + [
     ("10.0.0.2", "10.0.0.5", 0, 0, "icmp"), ("10.0.0.3", "10.0.0.6", 5353, 53, "udp")]

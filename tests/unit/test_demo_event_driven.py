@@ -14,14 +14,14 @@ import pytest
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.service import Agent
 from leveller.controller.decide import JobInput, JobShape, decide
-from leveller.model.shape import parse_job_shape
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.model.flow import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.errors import UserError
 from leveller.jobs.logline import format_line
+from leveller.model.flow import FlowKey, flow_key
+from leveller.model.shape import parse_job_shape
 from leveller.rpc.schema import JobReport, LevelsReply, Report
 
 F1 = flow_key("10.0.0.1", "10.0.0.4", 40000, 21000)

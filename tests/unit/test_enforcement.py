@@ -9,11 +9,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from leveller.agent.rate_tracker import JobProgress
 from leveller.agent.reports import Classifier, FlowSample, build_report, parse_port_rule
+from leveller.codec import SchemaError
 from leveller.controller.enforcement import EnforcementMonitor
 from leveller.core.enforcement import Tolerance, compare, egress_ports, expected_bytes
-from leveller.model.flow import flow_key
 from leveller.core.qos import default_level_map, dscp_levels
-from leveller.codec import SchemaError
+from leveller.model.flow import flow_key
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_from_wire, report_to_wire
 
 LEVELS = dscp_levels(default_level_map(2))  # DSCP 8 -> level 1, everything else level 0

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leveller.codec import SchemaError
 from leveller.jobs.control import (
     COMM_PATTERN,
     LATE_SHARE,
@@ -24,7 +25,6 @@ from leveller.jobs.control import (
 )
 from leveller.jobs.hook import IterationReporter
 from leveller.jobs.spec import JobSpec, WorkerPlace
-from leveller.codec import SchemaError
 
 
 def test_phase_delay_waits_for_the_next_start_instant() -> None:

@@ -1,6 +1,6 @@
 """The import graph flows one way, and the bottom layers stay pure.
 
-    model  <-  core  <-  {sim, controller, agent, sdn, testbed, jobs, switchconfig}  <-  {rpc, bench, demo}  <-  commands
+    model <- core <- {sim, controller, agent, sdn, testbed, jobs, switchconfig} <- {rpc, bench, demo} <- commands
 
 ALLOWED below is the one place that says which package may import which (every import counts, also
 one inside a function). Where the rest of the tree fits:

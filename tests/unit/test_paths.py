@@ -5,10 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveller.core.paths import choose_path, equal_cost_paths
-
-from leveller.model.flow import flow_key
 from leveller.core.topology import preset
 from leveller.errors import UserError
+from leveller.model.flow import flow_key
 
 LS = preset("leafspine")
 IPS = [h.ip for h in LS.hosts]
@@ -139,7 +138,6 @@ def test_choice_is_the_same_as_picking_from_the_sorted_list(src, dst, sport, dpo
     import networkx as nx
 
     from leveller.core.paths import graph
-
     from leveller.model.flow import stable_hash
 
     f = flow_key(src, dst, sport, dport)

@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import pytest
 
-from leveller.model.flow import flow_key
-from leveller.errors import UserError
-from leveller.rpc import auth
 from leveller.codec import SchemaError, encode
+from leveller.errors import UserError
+from leveller.model.flow import flow_key
+from leveller.rpc import auth
 from leveller.rpc.failover import FailoverClient, parse_addresses
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
 from leveller.rpc.transport import REPORT, RpcFailure, serve

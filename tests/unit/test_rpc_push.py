@@ -15,14 +15,14 @@ import pytest
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
 from leveller.agent.service import Agent
+from leveller.codec import encode
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
-from leveller.model.flow import FlowKey, flow_key
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
+from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc import auth
-from leveller.codec import encode
 from leveller.rpc.push import WATCH, LevelsWatcher
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, serve

@@ -10,10 +10,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import leveller.rpc.schema as schema
-from leveller.model.flow import flow_key
 from leveller.codec import SchemaError, decode, encode
-from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, JobShift, LevelsReply, Report, encode_reply,
-                                 reply_from_wire, reply_to_wire, report_from_wire, report_to_wire)
+from leveller.model.flow import flow_key
+from leveller.rpc.schema import (
+    FlowLevel,
+    FlowReport,
+    JobReport,
+    JobShift,
+    LevelsReply,
+    Report,
+    encode_reply,
+    reply_from_wire,
+    reply_to_wire,
+    report_from_wire,
+    report_to_wire,
+)
 
 KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
 

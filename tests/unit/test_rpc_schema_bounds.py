@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from leveller.model.flow import flow_key
 from leveller.codec import SchemaError
+from leveller.model.flow import flow_key
 from leveller.model.limits import MAX_FLOWS, MAX_IDEAL_S, MAX_JOBS, MAX_LEVELS, MAX_RECENT
 from leveller.rpc.schema import check_not_future, check_time, reply_from_wire, report_from_wire
 

@@ -9,9 +9,9 @@ from typing import Any
 import grpc
 import pytest
 
+from leveller.codec import SchemaError, encode
 from leveller.model.flow import flow_key
 from leveller.rpc import auth
-from leveller.codec import SchemaError, encode
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
 from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure, serve
 

@@ -10,10 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.model.flow import flow_key
 from leveller.codec import SchemaError, decode, encode
-from leveller.rpc.schema import (FlowLevel, FlowReport, JobReport, LevelsReply, Report, ReplyEncoder, ReportDecoder,
-                                 reply_to_wire, report_from_wire, report_to_wire)
+from leveller.model.flow import flow_key
+from leveller.rpc.schema import (
+    FlowLevel,
+    FlowReport,
+    JobReport,
+    LevelsReply,
+    ReplyEncoder,
+    Report,
+    ReportDecoder,
+    reply_to_wire,
+    report_from_wire,
+    report_to_wire,
+)
 
 RUN = "5f0c3a1e9b7d2468"
 

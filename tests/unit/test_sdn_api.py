@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from leveller.model.flow import FlowKey
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
+from leveller.model.flow import FlowKey
 from sdn.api import make_app
 from sdn.logic import PathController
 from tests.unit.test_sdn_logic import frame

@@ -15,9 +15,9 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 import sdn.app as app_module
-from leveller.model.flow import flow_key
 from leveller.core.qos import LevelMap, default_level_map
 from leveller.core.topology import preset
+from leveller.model.flow import flow_key
 from sdn.app import AppConfig, LevellerApp
 from tests.unit.test_sdn_logic import frame
 from tests.unit.test_sdn_ofsend import FakeDatapath

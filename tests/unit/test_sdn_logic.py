@@ -6,10 +6,9 @@ from __future__ import annotations
 import struct
 
 from leveller.core.paths import choose_path
-
-from leveller.model.flow import FlowKey
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
+from leveller.model.flow import FlowKey
 from sdn.logic import PathController, parse_flow
 from sdn.rules import AddFlow, DeleteFlows, PacketOut
 

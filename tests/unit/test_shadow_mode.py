@@ -15,15 +15,23 @@ from prometheus_client import generate_latest
 
 from leveller.agent.reports import FlowSample
 from leveller.agent.service import Agent
+from leveller.codec import SchemaError, decode, encode
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
 from leveller.controller.shadow import ShadowLedger
 from leveller.core.paths import FlowKey
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
-from leveller.codec import SchemaError, decode, encode
-from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, encode_reply, \
-    reply_from_wire, reply_to_wire
+from leveller.rpc.schema import (
+    FlowLevel,
+    FlowReport,
+    JobReport,
+    LevelsReply,
+    Report,
+    encode_reply,
+    reply_from_wire,
+    reply_to_wire,
+)
 from leveller.rpc.transport import ControllerClient, serve
 from tests.fakes import RecordingEnforcer
 from tests.unit.test_agent_service import A, make

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from leveller.model.errors import UserError
 from leveller.core.topology import host_mac, preset, topology_from_dict
+from leveller.model.errors import UserError
 from tests.unit.test_rpc_schema import mutate
 
 GOOD: dict[str, Any] = {

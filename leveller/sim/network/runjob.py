@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leveller.model.flow import FlowKey
 from leveller.core.rate import history_horizon, progress_rate, trim_history
+from leveller.model.flow import FlowKey
 from leveller.sim.network.alone import AloneProfile, alone_profile
 from leveller.sim.network.jobs import JobSpec, ring_volumes
 from leveller.sim.network.topology import Network

@@ -28,10 +28,9 @@ import networkx as nx
 import numpy as np
 
 from leveller.core.paths import MAX_LISTED_PATHS, ShortestPaths, graph, shortest_paths
-
-from leveller.model.flow import FlowKey, stable_hash
 from leveller.core.topology import PRESETS, Host, Link, Switch, Topology, host_mac, preset
 from leveller.errors import UserError
+from leveller.model.flow import FlowKey, stable_hash
 
 FABRIC_DEFAULTS = {"gpus": 1024, "gpus_per_host": 8, "hosts_per_leaf": 8, "spines": 8, "gbps": 400.0}
 LINGJUN_DEFAULTS = {"host_gbps": 200.0, "oversub": 2.0, "gpus_per_host": 8}
