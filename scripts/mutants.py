@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make mutants`: run mutmut over core, the link simulator and the wire validation, then report.
+"""`make mutants`: run mutmut over core, the model, the link simulator and the wire validation, then report.
 
 mutmut (configured in pyproject.toml, [tool.mutmut]) mutates the files named there and runs, per
 mutant, the unit tests that reach the mutated function. This script runs it, groups the outcome
@@ -27,16 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTMUT = [sys.executable, "-m", "mutmut"]
 EQUIVALENT = ROOT / "tests" / "mutants-equivalent.txt"
 REPORT = ROOT / "mutants" / "report.md"
-# Packages with a kill target (the issue's acceptance: >= 90 % in core and validation).
-TARGETS = {"leveller.core": 0.90, "leveller.rpc.schema": 0.90}
+# Packages with a kill target (the issue's acceptance: >= 90 % in core and validation). The field
+# checks live in leveller.model since issue 13; rpc.schema converts the wire to the model with them.
+TARGETS = {"leveller.core": 0.90, "leveller.model": 0.90, "leveller.rpc.schema": 0.90}
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
 def package_of(mutant: str) -> str:
-    """`leveller.core.rate.x_f__mutmut_3` -> `leveller.core`; `leveller.sim.link...` -> `leveller.sim.link`."""
+    """`leveller.core.rate.x_f__mutmut_3` -> `leveller.core` (and `leveller.model`); `leveller.sim.link...` stays."""
     parts = mutant.split(".")
-    if parts[1] == "core":
-        return "leveller.core"
+    if parts[1] in ("core", "model"):
+        return f"leveller.{parts[1]}"
     return ".".join(parts[:3])
 
 
