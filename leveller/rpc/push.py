@@ -63,8 +63,12 @@ def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[]
         except auth.AuthError as exc:
             reject("auth")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        from leveller.rpc import protowire  # protowire imports this module
+
+        json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
         try:
-            host, epoch, wait_s = watch_request_from_wire(decode(body, max_bytes))
+            host, epoch, wait_s = (watch_request_from_wire(decode(body, max_bytes)) if json
+                                   else protowire.watch_request_from_proto(body))
         except SchemaError as exc:
             reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -80,7 +84,7 @@ def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[]
             slots.release()
         if reply is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
-        out = encode_reply(reply)
+        out = encode_reply(reply) if json else protowire.reply_to_proto(reply)
         context.set_trailing_metadata(auth.metadata(secret, WATCH + "#reply", clock(), out))
         return out
 

@@ -1,8 +1,12 @@
-"""gRPC server and client for the controller service (generic handlers, raw bytes, JSON inside).
+"""gRPC server and client for the controller service (generic handlers, raw bytes).
 
-Service ``leveller.v1.Controller``, unary methods:
+Service ``leveller.v1.Controller`` (leveller/rpc/leveller.proto), unary methods:
   Report: Report -> LevelsReply   (an agent's jobs and flows; the levels for its flows)
   Status: {"v": 1} -> status dict (what `leveller status` shows)
+  Watch:  leveller.rpc.push
+Each method takes JSON (our agents and `leveller status`, leveller.rpc.schema) or protobuf (any
+gRPC client, leveller.rpc.protowire), told apart by the body's first byte; the server also runs
+server reflection and grpc.health.v1, so grpcurl works without our code.
 Requests are authenticated before they are decoded; rejected requests get
 UNAUTHENTICATED or INVALID_ARGUMENT with the field in the message, and the
 handler is not called (so nothing changes). Each client numbers its reports
@@ -26,7 +30,7 @@ import grpc
 
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.errors import CallFailed
-from leveller.rpc import auth
+from leveller.rpc import auth, protowire
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import (
     VERSION,
@@ -118,17 +122,23 @@ class _Service:
         return out
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
+
         def work(body: bytes, now: float, sent_at: float) -> bytes:
-            report = self.decode_report(body)
+            report = self.decode_report(body) if json else protowire.report_from_proto(body)
             if self.tls:
                 _check_peer(context, report.host, self.on_reject)
             # a report refused by the handler afterwards still used up its number: harmless, the next is higher
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
-            return self.encode_reply(report.host, self.handler.report(report, now))
+            reply = self.handler.report(report, now)
+            return self.encode_reply(report.host, reply) if json else protowire.reply_to_proto(reply)
         return self._call(REPORT, body, context, work)
 
     def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:
-        def work(body: bytes, now: float, sent_at: float) -> dict[str, Any]:
+        def work(body: bytes, now: float, sent_at: float) -> dict[str, Any] | bytes:
+            if not protowire.is_json(body):
+                protowire.check_status_request(body)
+                return protowire.status_to_proto(self.handler.status(now))
             if decode(body, self.max_bytes) != {"v": VERSION}:
                 raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
             return self.handler.status(now)
@@ -156,12 +166,27 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
                                         on_reject, max_watchers=threads - 4, tls=tls is not None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    _add_health_and_reflection(server)
     port = (server.add_insecure_port(address) if tls is None
             else server.add_secure_port(address, server_credentials(tls)))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
     return server, port
+
+
+def _add_health_and_reflection(server: grpc.Server) -> None:
+    """grpc.health.v1 (SERVING for "" and SERVICE) and server reflection, so grpcurl and clients that know
+    nothing of our code find the service. Both are open (no HMAC; under mutual TLS the handshake still
+    needs a client certificate): they reveal the schema and liveness only, not jobs or levels."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
+    checker = health.HealthServicer()
+    for name in ("", SERVICE):
+        checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
 
 class ControllerClient:
