@@ -29,6 +29,13 @@ is a mismatch (a wrong DSCP -> queue map there turns LEVELLER off silently): sho
 `leveller status`, logged, and in the metric leveller_enforcement_mismatch{switch,port,
 level}; it clears once the queue takes 80% again. --no-verify turns the check off.
 
+Any gRPC client can call it: the service is leveller.v1.Controller (leveller/rpc/leveller.proto),
+with server reflection and grpc.health.v1 on (README "Any gRPC client"), e.g.
+  grpcurl -plaintext 127.0.0.1:50051 list
+  grpcurl -plaintext 127.0.0.1:50051 describe leveller.v1.Controller
+Calls to leveller.v1.Controller need the shared secret's signature or a client certificate;
+health and reflection are open.
+
 examples:
   leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
   leveller controller --listen 10.0.0.254:50051 --paths sdn:http://127.0.0.1:8080 --metrics-port 9109

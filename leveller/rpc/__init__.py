@@ -1,13 +1,13 @@
-"""Agent <-> controller RPC over gRPC, with JSON messages and an explicit schema.
+"""Agent <-> controller RPC over gRPC: service leveller.v1.Controller (leveller/rpc/leveller.proto).
 
-Why JSON over gRPC generic handlers rather than protobuf: generated ``*_pb2``
-code must not be committed, and generating it at run time needs grpcio-tools
-and a writable cache at every start. The messages are small (a host's jobs
-and flows every tau), and protobuf's schema would not catch what matters here
-anyway: NaN/inf, negative counters, unknown jobs, oversize lists. So the
-schema is explicit Python (leveller.rpc.schema) that names the bad field,
-the codec refuses NaN/Infinity and duplicate keys, and gRPC still provides
-HTTP/2 transport, deadlines, status codes and a maximum message size.
+Two encodings of the same methods on the same paths, told apart by the request's first
+byte (leveller.rpc.protowire): JSON, which our agents and `leveller status` send
+(leveller.rpc.schema, with the fast report path a controller of 1,000 agents needs), and
+protobuf, for any other gRPC client (grpcurl, other languages), with server reflection and
+grpc.health.v1 next to it. Both go through the same explicit checks that name the bad field:
+protobuf's types would not catch what matters here anyway (NaN/inf, negative counters,
+unknown jobs, oversize lists). gRPC provides HTTP/2 transport, deadlines, status codes and a
+maximum message size.
 
 Authentication: every request carries an HMAC-SHA256 over (method, time,
 body) with the cluster's shared secret in metadata; the controller checks it
