@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml scripts/setup-venv.sh
 	@scripts/setup-venv.sh $(VENV)
 	@touch $(STAMP)
 
+# The bcc link is checked on every run (cheap): the venv may predate the Debian packages.
 venv: $(STAMP)
+	@scripts/link-bcc.sh $(VENV)
 
 shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -s -C shim; fi
