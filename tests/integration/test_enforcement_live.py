@@ -1,8 +1,9 @@
 """Closed-loop verification on the live testbed: the paper's pair under leveller (levels flip at
 iteration ends) on OVS driven by the SDN app, eBPF marking on the hosts. Healthy for 20 s: the
 controller checks both levels of the switch port towards h4 and raises nothing. Then the DSCP of
-the top level is mapped to the lowest queue on that port (one tc classifier replaced: the SDN app's
-keeper, which counts classifiers, does not notice): the controller must name switch s1, port 4,
+the top level is mapped to the lowest queue on that port (one tc classifier replaced in place, by its
+handle: the SDN app's keeper, which counts classifiers, must not notice, so there is never a moment with
+one classifier fewer, as a delete then an add would leave): the controller must name switch s1, port 4,
 level 1 within 3 tau (status line, metric, decision log). Restored: the alarm clears."""
 
 from __future__ import annotations
@@ -45,9 +46,23 @@ class Breaker:
     seen: dict[str, Any] = field(default_factory=dict)
     errors: list[BaseException] = field(default_factory=list)
 
-    def tc(self, *argv: str) -> None:
+    def tc(self, *argv: str) -> str:
         ns = self.cluster.testbed.state.switch_netns
-        subprocess.run(["ip", "netns", "exec", ns, "tc", *argv], check=True, capture_output=True)
+        return subprocess.run(["ip", "netns", "exec", ns, "tc", *argv], check=True, capture_output=True,
+                              text=True).stdout
+
+    def handle(self, prio: str) -> str:
+        """The u32 key handle (``801::800``) of the IPv4 classifier at ``prio`` on PORT_DEV."""
+        shown = json.loads(self.tc("-j", "filter", "show", "dev", PORT_DEV, "parent", "1:"))
+        keys = [f["options"]["fh"] for f in shown if f.get("protocol") == "ip" and str(f.get("pref")) == prio
+                and "flowid" in f.get("options", {})]
+        assert len(keys) == 1, shown
+        return keys[0]
+
+    def replace(self, argv: list[str], handle: str) -> None:
+        """``tc filter add ... prio P u32 ...`` turned into an atomic replace of the key ``handle``."""
+        at = argv.index("u32")
+        self.tc("filter", "replace", *argv[3:at], "handle", handle, *argv[at:])
 
     def status(self, *extra: str) -> str:
         return subprocess.run([sys.executable, "-m", "leveller.cli", "status", "--controller",
@@ -63,11 +78,11 @@ class Breaker:
             self.seen["healthy"] = json.loads(self.status("--json"))["enforcement"]
             good = tc_dscp_filters(PORT_DEV, default_level_map(LEVELS))[1 + TOP]  # "tc filter add ... prio K"
             prio = good[good.index("prio") + 1]
-            wrong = [*good[1:-1], "1:1"]  # same match, lowest queue's class
+            wrong = [*good[:-1], "1:1"]  # same match, lowest queue's class
+            handle = self.handle(prio)
             time.sleep(max(0.0, t0 + BREAK_AT - time.time()))
             self.times["break"] = time.time()
-            self.tc("filter", "del", "dev", PORT_DEV, "parent", "1:", "protocol", "ip", "prio", prio)
-            self.tc(*wrong)
+            self.replace(wrong, handle)
             deadline = self.times["break"] + 8
             while time.time() < deadline and not self.mismatches():
                 time.sleep(0.2)
@@ -77,8 +92,7 @@ class Breaker:
                 self.seen["metrics"] = r.read().decode()
             time.sleep(max(0.0, t0 + RESTORE_AT - time.time()))
             self.times["restore"] = time.time()
-            self.tc("filter", "del", "dev", PORT_DEV, "parent", "1:", "protocol", "ip", "prio", prio)
-            self.tc(*good[1:])
+            self.replace(good, handle)
             deadline = self.times["restore"] + 8
             while time.time() < deadline and self.mismatches():
                 time.sleep(0.2)
