@@ -13,6 +13,15 @@ AF_PACKET capture in the receiver namespace, stamped by the kernel
 (SO_TIMESTAMPNS). Latency = packet timestamp - decision start (both
 CLOCK_REALTIME on this host). The packet spacing (~0.2 ms) bounds the
 resolution.
+
+With push, each sample is also cut into stages, from wall-clock stamps on
+the same host: ``decide`` (Controller.step), ``wake`` (step done -> the Watch
+handler has the reply: thread wake-up and reply built), ``send`` (-> the
+reply out of gRPC in the agent: encoding, signing, gRPC both ends, loopback),
+``decode`` (signature check and field checks in the agent), ``apply`` (the
+agent's lock, change detection, the BPF map write) and ``wire`` (map written
+-> first packet with the new DSCP at the receiver: the next probe packet, one
+every ~0.2 ms). The agent stamps its side with ``--trace-pushes``.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ HIST_EDGES_MS = (0.5, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 SECRET = "bench-levels-" + "0123456789abcdef"
 
 Progress = Callable[[str], None]
+STAGES = ("decide", "wake", "send", "decode", "apply", "wire")
 
 
 @dataclass
@@ -56,6 +66,7 @@ class LatencyResult:
     samples_ms: list[float] = field(default_factory=list)
     missed: int = 0  # decisions whose DSCP never showed within the deadline
     elapsed_s: float = 0.0
+    stages_ms: dict[str, list[float]] = field(default_factory=dict)  # push: each sample cut into STAGES
 
     def stats(self) -> dict[str, float]:
         xs = sorted(self.samples_ms)
@@ -73,6 +84,9 @@ class LatencyResult:
                 "missed": self.missed, "latency_ms": {k: round(v, 3) for k, v in st.items()},
                 "target_ms": TARGET_MS, "median_under_target": bool(st) and st["median"] < TARGET_MS,
                 "histogram": self.histogram(), "samples_ms": [round(x, 3) for x in self.samples_ms],
+                "stages_ms": {name: {"median": round(percentile(sorted(xs), 50), 3),
+                                     "p90": round(percentile(sorted(xs), 90), 3)}
+                              for name, xs in self.stages_ms.items() if xs},
                 "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -186,6 +200,64 @@ class WireWatch:
                 self._cond.wait(left)
 
 
+class _TimedWatch:
+    """The controller as the RPC layer sees it, noting when the Watch handler got each epoch's reply."""
+
+    def __init__(self, ctl: Any) -> None:
+        self.ctl = ctl
+        self.built: dict[int, float] = {}  # epoch -> wall time its first pushed reply was built
+
+    def report(self, report: Any, now: float) -> Any:
+        return self.ctl.report(report, now)
+
+    def status(self, now: float) -> dict[str, Any]:
+        return dict(self.ctl.status(now))
+
+    def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> Any:
+        reply = self.ctl.wait_levels(host, seen_epoch, timeout_s)
+        if reply is not None:
+            self.built.setdefault(reply.epoch, time.time())
+        return reply
+
+
+def _pushes(path: Path) -> dict[int, dict[str, float]]:
+    """epoch -> the agent's --trace-pushes stamps of the first push of that epoch."""
+    import json
+
+    out: dict[int, dict[str, float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            out.setdefault(int(entry["epoch"]), entry)
+    return out
+
+
+def stages(t0: float, stepped: float, built: float | None, push: dict[str, float] | None,
+           seen: float) -> dict[str, float] | None:
+    """One sample's milliseconds per stage (STAGES), or None if a stamp is missing or out of order
+    (a push of that epoch that went out with a report reply instead)."""
+    if built is None or push is None or push.get("arrived") is None:
+        return None
+    marks = (t0, stepped, built, push["arrived"], push["decoded"], push["applied"], seen)
+    if any(b < a for a, b in zip(marks, marks[1:])):
+        return None
+    return {name: (b - a) * 1e3 for name, a, b in zip(STAGES, marks, marks[1:])}
+
+
+def _stages_of(t0: float, stepped: float, epoch: int, seen: float, timed: _TimedWatch, trace: Path
+               ) -> dict[str, float] | None:
+    """stages() of a sample once the agent's trace line of ``epoch`` is written (it may lag the wire)."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        cut = stages(t0, stepped, timed.built.get(epoch), _pushes(trace).get(epoch), seen)
+        if cut is not None or time.monotonic() > deadline:
+            return cut
+        time.sleep(0.01)
+
+
 class _Log:
     """The agent's job log: one leveller-iter line per iteration bump."""
 
@@ -240,7 +312,9 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
     with tempfile.TemporaryDirectory(prefix="leveller-bench-levels-") as tmp, VethPair(prefix="lvb") as pair, \
             WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), PROBE_PORT) as wire:  # forks: before gRPC starts
         ctl = Controller(SingleLinkPaths(), make_policy("leveller"), level_map, tau_s=1.0, lease_s=600.0)
-        server, port = serve(ctl, "127.0.0.1:0", SECRET.encode())
+        timed = _TimedWatch(ctl)
+        server, port = serve(timed, "127.0.0.1:0", SECRET.encode())
+        trace = Path(tmp) / "pushes.jsonl"
         try:
             say("starting iperf3 flows")
             seconds = str(int(30 + samples * (report_interval_s + 1.0) * 2))
@@ -259,7 +333,8 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                     "--host", "bench", "--log", str(log.path), "--interval", str(report_interval_s),
                     "--job-ports", f"probe={PROBE_PORT}", "--job-ports", f"other={OTHER_PORT}",
                     "--ideal-time", "probe=1", "--ideal-time", "other=1",
-                    "--dev", pair.if_a, "--netns", pair.ns_a] + ([] if push else ["--no-push"])
+                    "--dev", pair.if_a, "--netns", pair.ns_a] + (["--trace-pushes", str(trace)] if push else
+                                                                 ["--no-push"])
             with open(Path(tmp) / "agent.out", "wb") as agent_out:
                 agent = subprocess.Popen(argv, stdout=agent_out, stderr=subprocess.STDOUT,
                                          env=dict(os.environ, LEVELLER_SECRET=SECRET))
@@ -280,12 +355,17 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                 want = level_map.dscp[1] if top == "probe" else level_map.dscp[0]
                 t0 = time.time()
                 decision = ctl.step(t0)
+                stepped, epoch = time.time(), ctl.epoch
                 _check_decision(decision, top)
                 seen = wire.first_after(t0, want, timeout_s=max(3.0, 3 * report_interval_s))
                 if seen is None:
                     result.missed += 1
-                else:
-                    result.samples_ms.append((seen - t0) * 1e3)
+                    continue
+                result.samples_ms.append((seen - t0) * 1e3)
+                if push:
+                    cut = _stages_of(t0, stepped, epoch, seen, timed, trace)
+                    for name, ms in (cut or {}).items():
+                        result.stages_ms.setdefault(name, []).append(ms)
         finally:
             if agent is not None:
                 _stop(agent)

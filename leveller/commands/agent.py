@@ -66,8 +66,9 @@ import math
 import signal
 import socket
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
@@ -75,6 +76,8 @@ from leveller.model.flow import FlowKey
 
 if TYPE_CHECKING:
     from leveller.agent.reports import JobClassifier
+    from leveller.model.messages import LevelsReply
+    from leveller.rpc.push import LevelsWatcher
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -129,10 +132,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "jobs to follow")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per report on stdout (with every flow's byte counter)")
+    parser.add_argument("--trace-pushes", metavar="FILE",
+                        help="append a JSON line per pushed decision to FILE: its epoch and the wall-clock times "
+                        "it came out of gRPC, was verified and decoded, and was applied (DSCP map written), to "
+                        "see where a decision's milliseconds go (leveller bench levels uses it), "
+                        "e.g. --trace-pushes /tmp/pushes.jsonl")
     from leveller.config import add_config_option
 
     add_config_option(parser, "agent")
     parser.set_defaults(func=run)
+
+
+@contextlib.contextmanager
+def _trace_file(path: str | None) -> Iterator[IO[str] | None]:
+    """--trace-pushes FILE opened for appending, line-buffered (None without the flag)."""
+    if path is None:
+        yield None
+        return
+    try:
+        out = open(path, "a", buffering=1)
+    except OSError as exc:
+        raise UserError(f"--trace-pushes {path}: cannot open ({exc.strerror})") from None
+    with out:
+        yield out
+
+
+def _traced(apply: Callable[[LevelsReply], None], out: IO[str],
+            watcher: Callable[[], LevelsWatcher | None]) -> Callable[[LevelsReply], None]:
+    """``apply`` that also writes {"epoch", "arrived", "decoded", "applied"} (wall clock) to ``out``."""
+
+    def traced(reply: LevelsReply) -> None:
+        apply(reply)
+        applied, w = time.time(), watcher()
+        out.write(json.dumps({"epoch": reply.epoch, "arrived": w.arrived_at if w else None,
+                              "decoded": w.decoded_at if w else None, "applied": applied}) + "\n")
+
+    return traced
 
 
 def _ideal_times(items: list[str]) -> dict[str, float]:
@@ -284,8 +319,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
     try:
-        with FailoverClient(controllers, secret, args.timeout, tls=tls) as client, \
-                _datapath(args.dev, args.netns) as (flows, enf):
+        with _trace_file(args.trace_pushes) as trace, FailoverClient(controllers, secret, args.timeout, tls=tls) \
+                as client, _datapath(args.dev, args.netns) as (flows, enf):
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)
@@ -296,8 +331,9 @@ def run(args: argparse.Namespace) -> int:
             if timer:
                 timer.start()
             # the watcher follows the controller the reports go to
+            on_levels = agent.apply_pushed if trace is None else _traced(agent.apply_pushed, trace, lambda: watcher)
             watcher = None if args.no_push else LevelsWatcher(
-                lambda: client.active, secret, args.host, agent.apply_pushed, lambda: agent.known_jobs,
+                lambda: client.active, secret, args.host, on_levels, lambda: agent.known_jobs,
                 tls=tls)
             try:
                 if watcher:

@@ -11,6 +11,12 @@ a histogram; the target is a median under 5 ms.
 By default the agent keeps a Watch call open (levels pushed on every
 decision); --no-push measures the report-only path, where a level waits for
 the agent's next report (about half of --report-interval on average).
+With push, each sample is also cut into stages (median and p90 of each):
+decide (the controller's step), wake (the Watch handler has the reply), send
+(encoding, signing, gRPC, loopback, until the reply is out of gRPC in the
+agent), decode (the agent's signature and field checks), apply (change
+detection and the BPF map write) and wire (map written -> the next probe
+packet at the receiver, one every ~0.2 ms).
 Needs root; removes everything it created. About 0.4 s per sample.
 
 examples:
@@ -78,5 +84,9 @@ def _print(res: dict) -> None:
     for b in res["histogram"]:
         hi = f"{b['hi_ms']:g}" if b["hi_ms"] is not None else "inf"
         print(f"  [{b['lo_ms']:>6g}, {hi:>6}) ms {b['count']:>5}  {'#' * round(40 * b['count'] / peak)}", file=out)
+    if res.get("stages_ms"):
+        st = res["stages_ms"]
+        print("where the milliseconds go (median / p90 per stage): " + ", ".join(
+            f"{k} {v['median']:.2f} / {v['p90']:.2f}" for k, v in st.items()), file=out)
     verdict = "meets" if res["median_under_target"] else "misses"
     print(f"median {lat['median']:.2f} ms {verdict} the {res['target_ms']:g} ms target", file=out)

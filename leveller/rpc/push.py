@@ -115,6 +115,9 @@ class LevelsWatcher:
         self.tls = tls  # leveller.rpc.tls.TlsConfig or None
         self.epoch = 0
         self.last_error: str | None = None
+        # clock() when the last Watch reply came out of gRPC, and when it was verified and decoded
+        # (`leveller agent --trace-pushes`: where a pushed decision's milliseconds go)
+        self.arrived_at = self.decoded_at = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards the channel against close() while it is replaced
         self.address = ""
@@ -158,9 +161,11 @@ class LevelsWatcher:
         body = encode({"v": VERSION, "host": self.host, "epoch": self.epoch, "wait_s": self.wait_s})
         out, call = self._call.with_call(body, timeout=self.wait_s + 5,
                                          metadata=auth.metadata(self.secret, WATCH, self.clock(), body))
+        self.arrived_at = self.clock()
         auth.verify(self.secret, WATCH + "#reply", out, dict(call.trailing_metadata() or ()), self.clock())
         reply = reply_from_wire(decode(out, self.max_bytes), self.known_jobs())
         self.epoch = reply.epoch
+        self.decoded_at = self.clock()
         return reply
 
     def _loop(self) -> None:
