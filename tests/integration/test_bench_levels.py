@@ -33,5 +33,8 @@ def test_bench_levels_json_contract_and_cleanup() -> None:
     assert lat["min"] == min(res["samples_ms"]) and lat["max"] == max(res["samples_ms"])
     assert sum(b["count"] for b in res["histogram"]) == 6
     assert isinstance(res["median_under_target"], bool) and res["target_ms"] == 5.0
+    # every stage of a pushed decision was timed, each after the one before it (none negative)
+    assert list(res["stages_ms"]) == ["decide", "wake", "send", "decode", "apply", "wire"], res["stages_ms"]
+    assert all(0 <= v["median"] <= v["p90"] <= lat["max"] for v in res["stages_ms"].values()), res["stages_ms"]
     leftover = {ns for ns in _netns() - before if ns.startswith("lvb-")}
     assert not leftover, leftover
