@@ -21,7 +21,12 @@ reply out of gRPC in the agent: encoding, signing, gRPC both ends, loopback),
 ``decode`` (signature check and field checks in the agent), ``apply`` (the
 agent's lock, change detection, the BPF map write) and ``wire`` (map written
 -> first packet with the new DSCP at the receiver: the next probe packet, one
-every ~0.2 ms). The agent stamps its side with ``--trace-pushes``.
+every ~0.2 ms, paced every 0.2 ms). The agent stamps its side with
+``--trace-pushes``. When the reply is built before the step returned (the
+step's last bookkeeping ran after it had woken the Watch handler), ``wake``
+is 0 and ``send`` starts at the reply. Next to them, the bench measures a bare
+gRPC long-poll reply between two processes (leveller.bench.grpc_floor): the
+floor under ``wake`` + ``send``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ PROBE_PORT = 5201
 OTHER_PORT = 5202
 PROBE_RATE = "40M"  # with 1000-byte datagrams: ~5,000 packets/s, one every ~0.2 ms
 PACKET_BYTES = 1000
+PACING_US = 200  # iperf3 sends its packets every 0.2 ms instead of in bursts every 1 ms (its default)
 TARGET_MS = 5.0
 HIST_EDGES_MS = (0.5, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 SECRET = "bench-levels-" + "0123456789abcdef"
@@ -67,6 +73,7 @@ class LatencyResult:
     missed: int = 0  # decisions whose DSCP never showed within the deadline
     elapsed_s: float = 0.0
     stages_ms: dict[str, list[float]] = field(default_factory=dict)  # push: each sample cut into STAGES
+    grpc_floor_ms: list[float] = field(default_factory=list)  # push: a bare gRPC long-poll reply
 
     def stats(self) -> dict[str, float]:
         xs = sorted(self.samples_ms)
@@ -87,6 +94,10 @@ class LatencyResult:
                 "stages_ms": {name: {"median": round(percentile(sorted(xs), 50), 3),
                                      "p90": round(percentile(sorted(xs), 90), 3)}
                               for name, xs in self.stages_ms.items() if xs},
+                "staged": min((len(xs) for xs in self.stages_ms.values()), default=0),
+                "grpc_floor_ms": ({"median": round(percentile(sorted(self.grpc_floor_ms), 50), 3),
+                                   "p90": round(percentile(sorted(self.grpc_floor_ms), 90), 3)}
+                                  if self.grpc_floor_ms else None),
                 "elapsed_s": round(self.elapsed_s, 1)}
 
 
@@ -237,11 +248,11 @@ def _pushes(path: Path) -> dict[int, dict[str, float]]:
 
 def stages(t0: float, stepped: float, built: float | None, push: dict[str, float] | None,
            seen: float) -> dict[str, float] | None:
-    """One sample's milliseconds per stage (STAGES), or None if a stamp is missing or out of order
-    (a push of that epoch that went out with a report reply instead)."""
+    """One sample's milliseconds per stage (STAGES), or None if a stamp is missing or out of order (a
+    level that came with a report reply first). A reply built before the step returned: wake is 0."""
     if built is None or push is None or push.get("arrived") is None:
         return None
-    marks = (t0, stepped, built, push["arrived"], push["decoded"], push["applied"], seen)
+    marks = (t0, stepped, max(built, stepped), push["arrived"], push["decoded"], push["applied"], seen)
     if any(b < a for a, b in zip(marks, marks[1:])):
         return None
     return {name: (b - a) * 1e3 for name, a, b in zip(STAGES, marks, marks[1:])}
@@ -326,7 +337,8 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
                       0.05)
                 procs.append(subprocess.Popen(pair.exec_in(pair.ns_a, [
                     "iperf3", "-c", str(pair.ip_b), "-p", str(iperf_port), "-u", "-b", rate, "-l", str(PACKET_BYTES),
-                    "-t", seconds]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    "--pacing-timer", str(PACING_US), "-t", seconds]), stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL))
             log = _Log(Path(tmp) / "jobs.log", time.time() - 100.0)
             say("starting the agent (compiling the BPF program)")
             argv = [sys.executable, "-m", "leveller.cli", "agent", "--controller", f"127.0.0.1:{port}",
@@ -372,6 +384,11 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
             for p in procs:
                 _stop(p)
             server.stop(grace=None)
+    if push:
+        say("a bare gRPC long-poll reply, for reference")
+        from leveller.bench.grpc_floor import measure
+
+        result.grpc_floor_ms = measure(min(samples, 200))
     result.elapsed_s = time.monotonic() - started
     return result
 

@@ -16,7 +16,8 @@ decide (the controller's step), wake (the Watch handler has the reply), send
 (encoding, signing, gRPC, loopback, until the reply is out of gRPC in the
 agent), decode (the agent's signature and field checks), apply (change
 detection and the BPF map write) and wire (map written -> the next probe
-packet at the receiver, one every ~0.2 ms).
+packet at the receiver, one every ~0.2 ms); then, for reference, a bare gRPC
+long-poll reply between two processes, the floor under wake + send.
 Needs root; removes everything it created. About 0.4 s per sample.
 
 examples:
@@ -87,6 +88,11 @@ def _print(res: dict) -> None:
     if res.get("stages_ms"):
         st = res["stages_ms"]
         print("where the milliseconds go (median / p90 per stage): " + ", ".join(
-            f"{k} {v['median']:.2f} / {v['p90']:.2f}" for k, v in st.items()), file=out)
+            f"{k} {v['median']:.2f} / {v['p90']:.2f}" for k, v in st.items()) + f" ms ({res['staged']} samples)",
+              file=out)
+    if res.get("grpc_floor_ms"):
+        floor = res["grpc_floor_ms"]
+        print(f"a bare gRPC long-poll reply between two processes here (the floor under wake + send): "
+              f"median {floor['median']:.2f} ms, p90 {floor['p90']:.2f} ms", file=out)
     verdict = "meets" if res["median_under_target"] else "misses"
     print(f"median {lat['median']:.2f} ms {verdict} the {res['target_ms']:g} ms target", file=out)

@@ -36,5 +36,7 @@ def test_bench_levels_json_contract_and_cleanup() -> None:
     # every stage of a pushed decision was timed, each after the one before it (none negative)
     assert list(res["stages_ms"]) == ["decide", "wake", "send", "decode", "apply", "wire"], res["stages_ms"]
     assert all(0 <= v["median"] <= v["p90"] <= lat["max"] for v in res["stages_ms"].values()), res["stages_ms"]
+    assert 1 <= res["staged"] <= 6
+    assert 0 < res["grpc_floor_ms"]["median"] <= res["grpc_floor_ms"]["p90"]
     leftover = {ns for ns in _netns() - before if ns.startswith("lvb-")}
     assert not leftover, leftover
