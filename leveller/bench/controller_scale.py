@@ -261,6 +261,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
                    progress: Progress | None = None) -> AgentsResult:
     """Run the agents scenario (see the module doc); everything it starts ends with it."""
     from leveller.bench.workload import generate
+    from leveller.controller.gcpacing import GcPacer
     from leveller.controller.paths import TopologyPaths
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
@@ -271,8 +272,9 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
     _raise_fd_limit(2 * count + 256)
     say("generating the cluster")
     workload = generate(count * flows_per_agent, seed)
+    pacer = GcPacer().install()  # as `leveller controller` does in its process
     ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller", tau=tau_s),
-                     default_level_map(LEVELS_K), tau_s=tau_s)
+                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
     ctx = _spawn()
     procs: list[tuple[Any, Any]] = []
@@ -318,6 +320,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
         for proc, _ in procs:
             _reap(proc)
         server.stop(grace=None)
+        pacer.uninstall()
     incomplete = sorted(h for o in outs for h in o["incomplete"])
     errors = [o["first_error"] for o in outs if o["first_error"]]
     if incomplete and errors:

@@ -25,7 +25,7 @@ def _client(address: str, n: int) -> None:
     import grpc
 
     with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary(f"/{SERVICE}/{METHOD}")
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{SERVICE}/{METHOD}")
         out = []
         for _ in range(n):
             call(b"{}", timeout=10)

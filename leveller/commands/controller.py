@@ -138,6 +138,7 @@ def check_rate_options(args: argparse.Namespace) -> tuple[float | None, float | 
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
+    from leveller.controller.gcpacing import GcPacer
     from leveller.controller.paths import SdnPaths, level_map_for, path_provider
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
@@ -176,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
-                     rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode)
+                     rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode,
+                     gc_pacer=GcPacer().install())  # this process is the controller's: see gcpacing
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from leveller.controller.decide import Decision, JobShape, decide_snapshot
 from leveller.controller.flowtable import FlowTable, HostFlows
+from leveller.controller.gcpacing import GcPacer
 from leveller.controller.metrics import ControllerMetrics, Published
 from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
@@ -56,7 +57,7 @@ class Controller:
                  shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False,
                  monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
                  rate_window: float | None = None, rate_half_life: float | None = None,
-                 drift_tolerance: float | None = None, mode: str = "enforce") -> None:
+                 drift_tolerance: float | None = None, mode: str = "enforce", gc_pacer: GcPacer | None = None) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -89,6 +90,7 @@ class Controller:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.shadow = ShadowLedger() if mode == "shadow" else None
+        self.gc_pacer = gc_pacer  # the controller process's garbage collection, run between steps
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -198,8 +200,12 @@ class Controller:
     # ---- decision step ---------------------------------------------------------------------------
     def step(self, now: float) -> Decision:
         """One tau: profile bookkeeping, paths, decide, publish. Raises on failure (levels kept)."""
-        with self._stepping:
-            return self._step(now)
+        try:
+            with self._stepping:
+                return self._step(now)
+        finally:
+            if self.gc_pacer is not None:
+                self.gc_pacer.after_step()
 
     def _step(self, now: float) -> Decision:
         started = time.perf_counter()

@@ -27,6 +27,7 @@ from leveller.model.checks import check_int, check_name, check_number, check_obj
 from leveller.model.limits import MAX_COUNTER
 from leveller.model.messages import LevelsReply
 from leveller.rpc import auth
+from leveller.rpc.loopserver import LoopServer, Refused, method
 from leveller.rpc.schema import VERSION, check_version, encode_reply, reply_from_wire
 
 SERVICE = "leveller.v1.Controller"
@@ -50,19 +51,21 @@ def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
             check_number(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
 
 
-def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[], float] = time.time,
-                 max_bytes: int = MAX_MESSAGE_BYTES, on_reject: Callable[[str], None] | None = None,
-                 max_watchers: int = 2, tls: bool = False) -> grpc.RpcMethodHandler:
-    """The gRPC handler of Watch (register it under SERVICE next to Report and Status)."""
+def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer,
+                 clock: Callable[[], float] = time.time, max_bytes: int = MAX_MESSAGE_BYTES,
+                 on_reject: Callable[[str], None] | None = None, max_watchers: int = 2,
+                 tls: bool = False) -> grpc.RpcMethodHandler:
+    """The gRPC handler of Watch (register it under SERVICE next to Report and Status); the long wait
+    runs in ``server``'s blocking pool, the checks and the encoding on its event loop."""
     slots = threading.BoundedSemaphore(max_watchers)
     reject = on_reject or (lambda reason: None)
 
-    def watch(body: bytes, context: grpc.ServicerContext) -> bytes:
+    def request(body: bytes, context: grpc.ServicerContext) -> tuple[bool, str, int, float]:
         try:
             auth.verify(secret, WATCH, body, dict(context.invocation_metadata()), clock())
         except auth.AuthError as exc:
             reject("auth")
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         from leveller.rpc import protowire  # protowire imports this module
 
         json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
@@ -71,24 +74,30 @@ def watch_method(handler: WatchHandler, secret: bytes | None, clock: Callable[[]
                                    else protowire.watch_request_from_proto(body))
         except SchemaError as exc:
             reject("invalid")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         if tls:
             from leveller.rpc.transport import _check_peer  # transport imports this module
             _check_peer(context, host, reject)
+        return json, host, epoch, wait_s
+
+    async def watch(body: bytes, context: grpc.ServicerContext) -> bytes:
+        json, host, epoch, wait_s = request(body, context)
         if not slots.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{max_watchers} agents already watch; report-driven levels only")
         try:
-            reply = handler.wait_levels(host, epoch, wait_s)
+            reply = await server.in_pool(handler.wait_levels, host, epoch, wait_s)
         finally:
             slots.release()
         if reply is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
+        from leveller.rpc import protowire
+
         out = encode_reply(reply) if json else protowire.reply_to_proto(reply)
         context.set_trailing_metadata(auth.metadata(secret, WATCH + "#reply", clock(), out))
         return out
 
-    return grpc.unary_unary_rpc_method_handler(watch)
+    return method(watch)
 
 
 class LevelsWatcher:

@@ -23,7 +23,6 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent import futures
 from typing import Any, Protocol
 
 import grpc
@@ -31,6 +30,7 @@ import grpc
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.errors import CallFailed
 from leveller.rpc import auth, protowire
+from leveller.rpc.loopserver import LoopServer, Refused, method
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import (
     VERSION,
@@ -79,12 +79,12 @@ def client_options(max_bytes: int) -> list[tuple[str, int]]:
 
 
 def _check_peer(context: grpc.ServicerContext, host: str, on_reject: Callable[[str], None]) -> None:
-    """Abort PERMISSION_DENIED unless the TLS peer's certificate names ``host``."""
+    """Refuse PERMISSION_DENIED unless the TLS peer's certificate names ``host``."""
     try:
         check_host(context, host)
     except PeerMismatch as exc:
         on_reject("identity")
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        raise Refused(grpc.StatusCode.PERMISSION_DENIED, str(exc)) from None
 
 
 def _reply_method(method: str) -> str:
@@ -92,6 +92,8 @@ def _reply_method(method: str) -> str:
 
 
 class _Service:
+    """The calls' work, synchronous: a refused call raises Refused (leveller.rpc.loopserver)."""
+
     def __init__(self, handler: ControllerHandler, secret: bytes | None, clock: Clock, max_bytes: int,
                  on_reject: Callable[[str], None] | None, tls: bool = False) -> None:
         self.handler, self.secret, self.clock, self.max_bytes = handler, secret, clock, max_bytes
@@ -108,16 +110,16 @@ class _Service:
             sent_at = auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
         except auth.AuthError as exc:
             self.on_reject("auth")
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         try:
             out = work(body, now, sent_at)
             out = out if isinstance(out, bytes) else encode(out)
         except SchemaError as exc:
             self.on_reject("invalid")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         except ReplayError as exc:
             self.on_reject("replay")
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         context.set_trailing_metadata(auth.metadata(self.secret, _reply_method(method), now, out))
         return out
 
@@ -147,44 +149,53 @@ class _Service:
 
 def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock: Clock = time.time,
           max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 16,
-          on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None) -> tuple[grpc.Server, int]:
+          on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None) -> tuple[LoopServer, int]:
     """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
 
-    ``on_reject(reason)`` is called for each refused request ("auth", "invalid" or "identity"). A handler
-    with ``wait_levels`` also serves Watch (leveller.rpc.push) to up to ``threads - 4`` agents. With
-    ``tls``, mutual TLS (leveller.rpc.tls); ``secret`` may then be None."""
+    The server is grpc.aio on a thread of its own (leveller.rpc.loopserver): reports are answered on its
+    event loop; Status and Watch run in a pool of ``threads``. ``on_reject(reason)`` is called for each
+    refused request ("auth", "invalid" or "identity"). A handler with ``wait_levels`` also serves Watch
+    (leveller.rpc.push) to up to ``threads - 4`` agents. With ``tls``, mutual TLS (leveller.rpc.tls);
+    ``secret`` may then be None."""
     if secret is None and tls is None:
         raise ValueError("a shared secret or mutual TLS is required")
     svc = _Service(handler, secret, clock, max_message_bytes, on_reject, tls=tls is not None)
-    methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
-        "Report": grpc.unary_unary_rpc_method_handler(svc.report),
-        "Status": grpc.unary_unary_rpc_method_handler(svc.status),
-    }
-    if hasattr(handler, "wait_levels") and threads > 4:
-        from leveller.rpc.push import watch_method  # push imports this module's peers
-        methods["Watch"] = watch_method(handler, secret, clock, max_message_bytes,  # type: ignore[arg-type]
-                                        on_reject, max_watchers=threads - 4, tls=tls is not None)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_options(max_message_bytes))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
-    _add_health_and_reflection(server)
-    port = (server.add_insecure_port(address) if tls is None
-            else server.add_secure_port(address, server_credentials(tls)))
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    server.start()
+    server = LoopServer(_options(max_message_bytes), blocking_threads=threads)
+    try:
+        async def report(body: bytes, context: Any) -> bytes:
+            return svc.report(body, context)
+
+        async def status(body: bytes, context: Any) -> bytes:
+            return await server.in_pool(svc.status, body, context)
+
+        methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {"Report": method(report), "Status": method(status)}
+        if hasattr(handler, "wait_levels") and threads > 4:
+            from leveller.rpc.push import watch_method  # push imports this module's peers
+            methods["Watch"] = watch_method(handler, secret, server, clock, max_message_bytes,  # type: ignore[arg-type]
+                                            on_reject, max_watchers=threads - 4, tls=tls is not None)
+        server.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+        server.run(_add_health_and_reflection(server.server))
+        port = (server.server.add_insecure_port(address) if tls is None
+                else server.server.add_secure_port(address, server_credentials(tls)))
+        if port == 0:
+            raise OSError(f"cannot listen on {address}")
+        server.start()
+    except BaseException:
+        server.stop(grace=None)
+        raise
     return server, port
 
 
-def _add_health_and_reflection(server: grpc.Server) -> None:
+async def _add_health_and_reflection(server: grpc.aio.Server) -> None:
     """grpc.health.v1 (SERVING for "" and SERVICE) and server reflection, so grpcurl and clients that know
     nothing of our code find the service. Both are open (no HMAC; under mutual TLS the handshake still
     needs a client certificate): they reveal the schema and liveness only, not jobs or levels."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
-    checker = health.HealthServicer()
+    checker = health.aio.HealthServicer()
     for name in ("", SERVICE):
-        checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 

@@ -1,0 +1,106 @@
+"""A grpc.aio server on an event loop of its own thread, driven from synchronous code.
+
+Why not ``grpc.server`` (a thread per call): with 1,000 agents reporting every
+second, its Python machinery (an RPC state, a condition and a future per call,
+handed from a polling thread to a pool of workers that all contend for the
+interpreter lock) cost the controller more than the reports themselves, and a
+decision step holding the interpreter made every worker wait behind it. Here
+one event loop runs the Python part of every call in one thread: a report is
+decoded and answered inline (a fraction of a millisecond), and only blocking
+work (the Watch long-poll, the status of 100,000 flows) goes to a small thread
+pool (``blocking``). ``leveller bench controller`` measures the difference.
+
+Handlers are ``async def handler(body: bytes, context) -> bytes``; synchronous
+code they call ends a call with ``raise Refused(code, details)`` (the loop
+turns it into ``context.abort``). ``stop`` and ``wait_for_termination`` behave
+as those of ``grpc.Server``, from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+T = TypeVar("T")
+Handler = Callable[[bytes, Any], Awaitable[bytes]]
+
+
+class Refused(Exception):
+    """End the call with a gRPC status ``code`` and ``details`` (nothing else is sent)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code, self.details = code, details
+
+
+def method(handler: Handler) -> grpc.RpcMethodHandler:
+    """A unary-unary method of raw bytes whose ``Refused`` becomes the call's status."""
+
+    async def call(body: bytes, context: Any) -> bytes:
+        try:
+            return await handler(body, context)
+        except Refused as exc:
+            await context.abort(exc.code, exc.details)
+            raise  # abort raises; never reached
+
+    return grpc.unary_unary_rpc_method_handler(call)
+
+
+class LoopServer:
+    """grpc.aio.Server on a private event loop thread, plus a pool for blocking work."""
+
+    def __init__(self, options: Sequence[tuple[str, Any]], blocking_threads: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
+        self._thread.start()
+        self.blocking = futures.ThreadPoolExecutor(max_workers=blocking_threads, thread_name_prefix="grpc-blocking")
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        try:
+            self.server: grpc.aio.Server = self.run(self._create(list(options)))
+        except BaseException:
+            self._shutdown_loop()
+            raise
+
+    @staticmethod
+    async def _create(options: list[tuple[str, Any]]) -> grpc.aio.Server:
+        return grpc.aio.server(options=options)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 30.0) -> T:
+        """Run ``coro`` on the server's loop and return its result (from another thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    async def in_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the blocking pool, awaited from a handler."""
+        return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
+
+    def start(self) -> None:
+        self.run(self.server.start())
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop accepting calls, cancel those still running after ``grace`` seconds (None: at once), end the
+        loop and the pool. Returns an event that is set once everything stopped (as grpc.Server.stop)."""
+        with self._lock:
+            if not self._stopped.is_set():
+                try:
+                    self.run(self.server.stop(grace), timeout_s=(grace or 0) + 30)
+                finally:
+                    self._shutdown_loop()
+                    self._stopped.set()
+        return self._stopped
+
+    def _shutdown_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+        self.blocking.shutdown(wait=False, cancel_futures=True)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """True once stopped; False if ``timeout`` seconds passed first."""
+        return self._stopped.wait(timeout)
