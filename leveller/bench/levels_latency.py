@@ -225,7 +225,20 @@ class _TimedWatch:
         return dict(self.ctl.status(now))
 
     def wait_levels(self, host: str, seen_epoch: int, timeout_s: float) -> Any:
-        reply = self.ctl.wait_levels(host, seen_epoch, timeout_s)
+        return self._stamped(self.ctl.wait_levels(host, seen_epoch, timeout_s))
+
+    # the controller's push source (leveller.rpc.push.PushSource), as the real server uses it
+    @property
+    def epoch(self) -> int:
+        return int(self.ctl.epoch)
+
+    def on_decision(self, listener: Callable[[], None]) -> None:
+        self.ctl.on_decision(listener)
+
+    def levels_for(self, host: str) -> Any:
+        return self._stamped(self.ctl.levels_for(host))
+
+    def _stamped(self, reply: Any) -> Any:
         if reply is not None:
             self.built.setdefault(reply.epoch, time.time())
         return reply

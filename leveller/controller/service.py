@@ -83,6 +83,7 @@ class Controller:
         self._lock = threading.Lock()
         self._stepping = threading.Lock()  # one step at a time (run loop, benchmarks, tests)
         self._decided = threading.Condition(self._lock)  # notified on every new decision (push path)
+        self._listeners: list[Callable[[], None]] = []  # told of every new decision (push path on an event loop)
         self.enforcement: Any = None  # an EnforcementMonitor, set by the caller (needs the SDN app)
         self.last_jobs: list[Any] = []  # the JobInputs of the latest decision
         # shadow mode: decide and report, the agents mark nothing; bytes per would-be level are counted
@@ -154,12 +155,26 @@ class Controller:
         ``timeout_s``), the levels of the flows in ``host``'s last report; None if it never reported."""
         with self._decided:
             self._decided.wait_for(lambda: self.epoch != seen_epoch, timeout_s)
-            agent = self.registry.agents.get(host)
-            if agent is None:
-                return None
-            held = self.flows.host(host)
-            return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age(), (), self.mode) \
-                if held is None else self._reply(held, agent.report.jobs)
+            return self._levels_for(host)
+
+    def levels_for(self, host: str) -> LevelsReply | None:
+        """The levels of the flows in ``host``'s last report now (None if it never reported): the push
+        path's reply once ``on_decision`` told it of a new decision, without a thread waiting."""
+        with self._lock:
+            return self._levels_for(host)
+
+    def on_decision(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every new decision, from the deciding thread: it must only hand the news
+        on (leveller.rpc.push wakes its waiting Watch calls on the server's event loop)."""
+        self._listeners.append(listener)
+
+    def _levels_for(self, host: str) -> LevelsReply | None:
+        agent = self.registry.agents.get(host)
+        if agent is None:
+            return None
+        held = self.flows.host(host)
+        return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, (), self.decision_age(), (), self.mode) \
+            if held is None else self._reply(held, agent.report.jobs)
 
     def _expire(self, now: float) -> None:
         """Forget stale agents and jobs (Registry.expire) and their per-host metrics; lock held."""
@@ -248,6 +263,8 @@ class Controller:
             self.last_error = None
             self._published = Published(jobs, decision, len(self.registry.live(now)))
             self._decided.notify_all()
+        for listener in self._listeners:
+            listener()
         self.metrics.decisions.inc()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
         if self.enforcement is not None:

@@ -75,6 +75,10 @@ class LoopServer:
         """Run ``coro`` on the server's loop and return its result (from another thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on the server's loop soon (from any thread; cheap: it only queues it)."""
+        self._loop.call_soon_threadsafe(fn)
+
     async def in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the blocking pool, awaited from a handler."""
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)

@@ -15,10 +15,11 @@ of concurrent watchers is capped; a refused watcher falls back to reports.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import grpc
 
@@ -43,6 +44,53 @@ class WatchHandler(Protocol):
         ...
 
 
+class PushSource(WatchHandler, Protocol):
+    """A handler that can also tell of new decisions, so no thread waits per Watch call (the
+    controller): ``epoch`` now, a listener called after each decision, the levels of a host now."""
+
+    epoch: int
+
+    def on_decision(self, listener: Callable[[], None]) -> None: ...
+
+    def levels_for(self, host: str) -> LevelsReply | None: ...
+
+
+class _Wakeups:
+    """Watch calls waiting on the server's event loop for a decision newer than theirs.
+
+    The deciding thread calls ``notify``, which only queues ``_wake`` on the loop; the waiters are
+    futures of that loop. A decision between a waiter's epoch check and its future's registration is
+    not missed: both run on the loop, and ``_wake`` runs after the waiter has registered."""
+
+    def __init__(self, server: LoopServer) -> None:
+        self.server = server
+        self._waiting: set[asyncio.Future[None]] = set()
+
+    def notify(self) -> None:
+        self.server.call_soon(self._wake)
+
+    def _wake(self) -> None:
+        for fut in self._waiting:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiting.clear()
+
+    async def levels_after(self, source: PushSource, host: str, seen_epoch: int, wait_s: float) -> LevelsReply | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while source.epoch == seen_epoch:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiting.add(fut)
+            try:
+                await asyncio.wait((fut,), timeout=left)
+            finally:
+                self._waiting.discard(fut)
+        return source.levels_for(host)
+
+
 def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
     """(host, epoch, wait_s) of a Watch request; SchemaError names a bad field."""
     check_object(msg, "", ("v", "host", "epoch", "wait_s"))
@@ -55,9 +103,14 @@ def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer
                  clock: Callable[[], float] = time.time, max_bytes: int = MAX_MESSAGE_BYTES,
                  on_reject: Callable[[str], None] | None = None, max_watchers: int = 2,
                  tls: bool = False) -> grpc.RpcMethodHandler:
-    """The gRPC handler of Watch (register it under SERVICE next to Report and Status); the long wait
-    runs in ``server``'s blocking pool, the checks and the encoding on its event loop."""
+    """The gRPC handler of Watch (register it under SERVICE next to Report and Status). The checks and
+    the encoding run on ``server``'s event loop; the wait too when the handler is a PushSource (the
+    controller: it wakes the waiting calls after each decision), else in ``server``'s blocking pool."""
     slots = threading.BoundedSemaphore(max_watchers)
+    wakeups: _Wakeups | None = None
+    if all(hasattr(handler, name) for name in ("on_decision", "levels_for", "epoch")):
+        wakeups = _Wakeups(server)
+        cast(PushSource, handler).on_decision(wakeups.notify)
     reject = on_reject or (lambda reason: None)
 
     def request(body: bytes, context: grpc.ServicerContext) -> tuple[bool, str, int, float]:
@@ -86,7 +139,8 @@ def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{max_watchers} agents already watch; report-driven levels only")
         try:
-            reply = await server.in_pool(handler.wait_levels, host, epoch, wait_s)
+            reply = (await wakeups.levels_after(cast(PushSource, handler), host, epoch, wait_s) if wakeups
+                     else await server.in_pool(handler.wait_levels, host, epoch, wait_s))
         finally:
             slots.release()
         if reply is None:

@@ -127,3 +127,27 @@ def test_a_stale_report_reply_does_not_undo_a_newer_pushed_decision(tmp_path: Pa
     stepping.join(10)
     assert enf.marks == {FA: 0}
     assert agent.lease.valid(time.monotonic())
+
+
+def test_the_controller_wakes_watch_calls_on_the_event_loop_without_a_waiting_thread(tmp_path: Path) -> None:
+    """The controller is a PushSource: a Watch waits as a future of the server's loop, not in its pool."""
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=60)
+    server, port = serve(ctl, "127.0.0.1:0", SECRET, threads=5)  # a blocking pool of 5 threads
+    agent, enf, _log = _agent(tmp_path, f"127.0.0.1:{port}")
+    watchers: list[LevelsWatcher] = []
+    try:
+        agent.step()
+        got: list[int] = []
+        watcher = LevelsWatcher(f"127.0.0.1:{port}", SECRET, "h1", lambda r: got.append(r.epoch),
+                                lambda: agent.known_jobs, wait_s=20)
+        watchers.append(watcher)
+        watcher.start()
+        time.sleep(0.3)  # the call is waiting now
+        busy = [t for t in threading.enumerate() if t.name.startswith("grpc-blocking")]
+        assert busy == []  # no pool thread holds the waiting call
+        ctl.step(time.time())
+        _wait(lambda: got == [ctl.epoch])
+    finally:
+        for w in watchers:
+            w.close()
+        server.stop(grace=None)
