@@ -60,17 +60,27 @@ def _reports(workload: Any, now: float, hosts: dict[str, list[Any]]) -> list[Any
 
 def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
     """decide_ms (median of ``runs`` warm steps), first_ms (the step that routes every flow),
-    rss_mb (peak of this process) and jobs, for the generated cluster with ``flows`` flows."""
+    rss_mb (peak of this process plus the peak of its pruning worker, as `leveller controller` runs:
+    leveller.controller.prune_worker) and jobs, for the generated cluster with ``flows`` flows."""
     from leveller.bench.workload import generate
+    from leveller.controller.prune_worker import PruneWorker
+
+    workload = generate(flows, seed)
+    now = time.time()
+    with PruneWorker() as pruner:
+        return _decide_with(workload, now, pruner, runs)
+
+
+def _decide_with(workload: Any, now: float, pruner: Any, runs: int) -> dict[str, Any]:
+    """decide_figures' measurement, its controller pruning through ``pruner`` (a PruneWorker)."""
     from leveller.controller.paths import TopologyPaths
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map
 
-    workload = generate(flows, seed)
-    now = time.time()
+    flows = len(workload.flows)
     ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller"), default_level_map(LEVELS_K),
-                     tau_s=1.0, stale_after_s=3600.0)
+                     tau_s=1.0, stale_after_s=3600.0, pruner=pruner.prune)
     for report in _reports(workload, now, workload.by_host()):
         ctl.report(report, now)
     t0 = time.perf_counter()
@@ -83,7 +93,9 @@ def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
         t0 = time.perf_counter()
         ctl.step(now)
         times.append((time.perf_counter() - t0) * 1e3)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    pruner.close()  # reaps the worker: its peak RSS is then counted among the children's
+    rss_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+              + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     return {"decide_ms": round(statistics.median(times), 2), "rss_mb": round(rss_mb, 1),
             "jobs": len(decision.order or ()), "first_ms": round(first_ms, 1)}
 
@@ -105,7 +117,9 @@ def decide_in_fresh_process(flows: int, seed: int = 1, runs: int = 7, timeout_s:
     """decide_figures in a new interpreter, so that its peak RSS is this flow count's alone."""
     ctx = _spawn()
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_decide_child, args=(flows, seed, runs, child), daemon=True)
+    # not a daemon: it starts the pruning worker, as the controller does (daemons may not have children);
+    # _reap kills it if it outlives its result
+    proc = ctx.Process(target=_decide_child, args=(flows, seed, runs, child), daemon=False)
     proc.start()
     child.close()
     try:
@@ -263,6 +277,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
     from leveller.bench.workload import generate
     from leveller.controller.gcpacing import GcPacer
     from leveller.controller.paths import TopologyPaths
+    from leveller.controller.prune_worker import PruneWorker
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map
@@ -273,8 +288,9 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
     say("generating the cluster")
     workload = generate(count * flows_per_agent, seed)
     pacer = GcPacer().install()  # as `leveller controller` does in its process
+    pruner = PruneWorker()
     ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller", tau=tau_s),
-                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer)
+                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer, pruner=pruner.prune)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
     ctx = _spawn()
     procs: list[tuple[Any, Any]] = []
@@ -321,6 +337,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
             _reap(proc)
         server.stop(grace=None)
         pacer.uninstall()
+        pruner.close()
     incomplete = sorted(h for o in outs for h in o["incomplete"])
     errors = [o["first_error"] for o in outs if o["first_error"]]
     if incomplete and errors:

@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
     from leveller.controller.gcpacing import GcPacer
     from leveller.controller.paths import SdnPaths, level_map_for, path_provider
+    from leveller.controller.prune_worker import PruneWorker
     from leveller.controller.service import Controller
     from leveller.core.policies import make_policy
     from leveller.model.shape import parse_job_shape
@@ -173,12 +174,14 @@ def run(args: argparse.Namespace) -> int:
     window = args.verify_window if args.verify_window is not None else max(2 * args.tau, 2.0)
     if not (window >= args.tau and window <= 3600):
         raise UserError(f"--verify-window {window:g}: must be between --tau ({args.tau:g}) and 3600 seconds")
+    pruner = PruneWorker()  # large decisions are pruned in a worker process (see prune_worker)
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
                      stale_after_s=args.stale_after,
                      reprofile_interval_s=args.reprofile, shapes=shapes,
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
                      rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode,
-                     gc_pacer=GcPacer().install())  # this process is the controller's: see gcpacing
+                     gc_pacer=GcPacer().install(),  # this process is the controller's: see gcpacing
+                     pruner=pruner.prune)
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 
@@ -187,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject, tls=tls)
     except (OSError, RuntimeError) as exc:
+        pruner.close()
         raise UserError(f"--listen {args.listen}: cannot listen ({exc})") from None
     metrics_server = None
     if args.metrics_port:
@@ -236,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         if timer:
             timer.cancel()
         server.stop(grace=1).wait()
+        pruner.close()
         if metrics_server is not None:
             metrics_server.shutdown()
     return 0

@@ -11,7 +11,7 @@ but with no known flow. Flows are numpy rows of a FlowSnapshot
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,8 +121,12 @@ def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
     return policy.order(views), rates
 
 
-def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int) -> np.ndarray:
-    """Level of every row of ``flows`` (int8) by pruning; every flow's job must be in ``order``."""
+Pruner = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], np.ndarray]  # core.levels.prune's signature
+
+
+def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pruner = prune) -> np.ndarray:
+    """Level of every row of ``flows`` (int8) by pruning; every flow's job must be in ``order``.
+    ``pruner``: core.levels.prune, or the same run elsewhere (leveller.controller.prune_worker)."""
     if order is None:
         return np.zeros(len(flows), dtype=np.int8)
     rank_by_job = np.full(len(flows.job_names), -1, dtype=np.int64)
@@ -136,14 +140,14 @@ def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int) -> np.ndar
         raise ValueError(f"flows name jobs missing from the order: {missing}")
     present = flows.path >= 0
     rows = np.nonzero(present)[0]
-    return prune(ranks, rows, flows.path[present], len(flows.link_names), k)
+    return pruner(ranks, rows, flows.path[present], len(flows.link_names), k)
 
 
 def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Policy, k: int, now: float,
-                    shapes: Mapping[str, JobShape] | None = None) -> Decision:
+                    shapes: Mapping[str, JobShape] | None = None, pruner: Pruner = prune) -> Decision:
     """The decision for the flows of a snapshot (every flow's job must be in ``jobs``)."""
     order, rates = rank(jobs, policy, now, shapes)
-    levels = flow_levels(order, flows, k)
+    levels = flow_levels(order, flows, k, pruner)
     return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from leveller.controller.decide import Decision, JobShape, decide_snapshot
+from leveller.controller.decide import Decision, JobShape, Pruner, decide_snapshot
 from leveller.controller.flowtable import FlowTable, HostFlows
 from leveller.controller.gcpacing import GcPacer
 from leveller.controller.metrics import ControllerMetrics, Published
@@ -41,6 +41,7 @@ from leveller.controller.paths import PathProvider
 from leveller.controller.registry import Registry
 from leveller.controller.shadow import ShadowCollector, ShadowLedger
 from leveller.controller.shifts import ShiftPlanner
+from leveller.core.levels import prune
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
 from leveller.model.flow import FlowKey
@@ -57,7 +58,8 @@ class Controller:
                  shapes: Mapping[str, JobShape] | None = None, on_iteration: bool = False,
                  monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
                  rate_window: float | None = None, rate_half_life: float | None = None,
-                 drift_tolerance: float | None = None, mode: str = "enforce", gc_pacer: GcPacer | None = None) -> None:
+                 drift_tolerance: float | None = None, mode: str = "enforce", gc_pacer: GcPacer | None = None,
+                 pruner: Pruner = prune) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -92,6 +94,7 @@ class Controller:
         self.mode = mode
         self.shadow = ShadowLedger() if mode == "shadow" else None
         self.gc_pacer = gc_pacer  # the controller process's garbage collection, run between steps
+        self.pruner = pruner  # core.levels.prune, or the same in a worker process (controller.prune_worker)
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -246,7 +249,8 @@ class Controller:
                 snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
                 counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
                     if self.shift_planner is not None else {}
-            decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes)
+            decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes,
+                                       self.pruner)
             if self.shift_planner is not None:
                 self.shift_planner.update(jobs, self.shapes, counted, decision.links, inputs_at)
         except Exception as exc:

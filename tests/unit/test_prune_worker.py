@@ -1,0 +1,83 @@
+"""leveller.controller.prune_worker: large decisions pruned in a worker process, with the same result."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from leveller.controller.prune_worker import PruneWorker
+from leveller.core.levels import prune
+
+
+def random_incidence(seed: int, flows: int = 3000, links: int = 400, jobs: int = 12) -> tuple:
+    rng = np.random.default_rng(seed)
+    job = rng.integers(0, jobs, flows)
+    order = rng.permutation(jobs)
+    rank = order[job]
+    per_flow = rng.integers(1, 5, flows)
+    inc_flow = np.repeat(np.arange(flows), per_flow)
+    inc_link = rng.integers(0, links, len(inc_flow))
+    return rank, inc_flow, inc_link, links
+
+
+def wait_for(cond, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(120)
+def test_the_worker_prunes_exactly_as_core_and_small_inputs_stay_in_place() -> None:
+    with PruneWorker(offload_pairs=1000) as worker:
+        small = random_incidence(1, flows=50)
+        assert np.array_equal(worker.prune(*small, 4), prune(*small, 4))
+        assert worker.pid() is None and worker.in_place == 1  # a small input never starts the worker
+        for seed in range(2, 7):
+            for k in (2, 8):
+                inputs = random_incidence(seed)
+                assert np.array_equal(worker.prune(*inputs, k), prune(*inputs, k)), (seed, k)
+        assert worker.offloaded >= 8  # the first large one started it and was pruned in place
+        assert worker.pid() is not None
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_worker_costs_one_decision_in_place_and_is_replaced() -> None:
+    inputs = random_incidence(9)
+    want = prune(*inputs, 8)
+    with PruneWorker(offload_pairs=1000) as worker:
+        worker.prune(*inputs, 8)  # starts it
+        assert np.array_equal(worker.prune(*inputs, 8), want) and worker.offloaded == 1
+        pid = worker.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z")
+        assert np.array_equal(worker.prune(*inputs, 8), want)  # in place, while a new worker starts
+        assert worker.restarts == 1
+        assert np.array_equal(worker.prune(*inputs, 8), want)
+        assert worker.offloaded == 2 and worker.pid() not in (None, pid)
+
+
+@pytest.mark.timeout(120)
+def test_close_stops_the_worker_and_later_calls_prune_in_place() -> None:
+    inputs = random_incidence(11)
+    worker = PruneWorker(offload_pairs=1000)
+    worker.prune(*inputs, 2)
+    worker.prune(*inputs, 2)
+    pid = worker.pid()
+    assert pid is not None
+    worker.close()
+    worker.close()  # idempotent
+    assert worker.pid() is None
+    assert not os.path.exists(f"/proc/{pid}")  # stopped and reaped
+    before = worker.in_place
+    assert np.array_equal(worker.prune(*inputs, 2), prune(*inputs, 2)) and worker.in_place == before + 1
+
+
+def test_a_negative_threshold_is_refused() -> None:
+    with pytest.raises(ValueError, match="offload_pairs must be >= 0"):
+        PruneWorker(offload_pairs=-1)
