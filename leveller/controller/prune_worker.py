@@ -15,14 +15,18 @@ Inputs below ``offload_pairs`` (flow-link pairs) are pruned in place, where the
 transfer would cost more than it saves; so a small cluster never starts the
 worker. The first large decision starts it and is pruned in place while the
 worker imports; the next ones go to it. If the worker dies, that decision is
-pruned in place and a new worker is started for the next one.
+pruned in place and a new worker is started for the next one. The worker ends
+by itself within a second when the controller's process is gone, even killed
+(it watches its parent).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -43,6 +47,17 @@ def _ready() -> bool:
     return True
 
 
+def _watch_parent(parent: int) -> None:
+    """Worker initializer: exit as soon as ``parent`` is no longer this process's parent (it died)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 class PruneWorker:
     """``prune`` with large inputs sent to one worker process (see the module doc); thread-safe."""
 
@@ -58,7 +73,8 @@ class PruneWorker:
     @staticmethod
     def _start() -> ProcessPoolExecutor:
         # spawn: a fresh interpreter, never a fork of a process that runs gRPC threads
-        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_watch_parent, initargs=(os.getpid(),))
         pool.submit(_ready)  # starts the worker now, not at the first large decision
         return pool
 

@@ -81,3 +81,33 @@ def test_close_stops_the_worker_and_later_calls_prune_in_place() -> None:
 def test_a_negative_threshold_is_refused() -> None:
     with pytest.raises(ValueError, match="offload_pairs must be >= 0"):
         PruneWorker(offload_pairs=-1)
+
+
+@pytest.mark.timeout(120)
+def test_the_worker_ends_by_itself_when_the_controller_is_killed(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "controller.py"
+    script.write_text(
+        "import sys, time\n"
+        "from leveller.controller.prune_worker import PruneWorker\n"
+        "from tests.unit.test_prune_worker import random_incidence\n"
+        "w = PruneWorker(offload_pairs=1000)\n"
+        "inputs = random_incidence(1)\n"
+        "w.prune(*inputs, 2); w.prune(*inputs, 2)\n"
+        "print(w.pid(), flush=True)\n"
+        "time.sleep(120)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=root))
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        assert os.path.exists(f"/proc/{pid}")
+        proc.kill()  # SIGKILL: no cleanup of ours runs in the controller
+        proc.wait()
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout_s=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
