@@ -32,6 +32,20 @@ PORT = 47700
 ETH_P_IPV6 = 0x86DD
 
 
+def drain(sock: socket.socket) -> int:
+    """Discard the frames already queued on ``sock`` (captured before the mark was in the map)."""
+    dropped = 0
+    sock.setblocking(False)
+    try:
+        while True:
+            sock.recv(128)
+            dropped += 1
+    except BlockingIOError:
+        return dropped
+    finally:
+        sock.settimeout(0.2)
+
+
 def traffic_classes(sock: socket.socket, dport: int, until: float) -> list[int]:
     """DSCP (traffic class >> 2) of every captured IPv6/TCP frame to ``dport`` until ``until``."""
     seen = []
@@ -92,10 +106,13 @@ def test_an_ipv6_flow_is_reported_levelled_and_marked_on_the_wire(tmp_path: Path
                 levels = {f["flow"]: f["level"] for f in ctl.status(time.time())["flows"]}
                 assert levels.get(key.label()) == 1, levels  # the controller's level of the IPv6 flow
                 # on the wire: after the mark is in the map, the data packets carry it (a step keeps the lease)
+                # the capture queued the connection's first frames (unmarked, before the map entry): without
+                # this they were read first and failed the 90% (CI: 12 of 115 frames DSCP 0, all queued)
                 agent.step()
+                drain(capture)
                 seen = traffic_classes(capture, PORT, time.time() + 1.5)
                 assert len(seen) >= 5, f"only {len(seen)} IPv6 data frames captured"
-                assert seen.count(top) >= 0.9 * len(seen), f"DSCPs on the wire: {sorted(set(seen))}, want {top}"
+                assert seen.count(top) >= 0.9 * len(seen), f"DSCPs on the wire: {seen}, want {top}"
                 job.stop()
         finally:
             capture.close()
