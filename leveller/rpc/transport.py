@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -47,6 +47,7 @@ SERVICE = "leveller.v1.Controller"
 REPORT = f"/{SERVICE}/Report"
 STATUS = f"/{SERVICE}/Status"
 Clock = Callable[[], float]
+Metadata = tuple[tuple[str, str], ...]
 
 
 class ControllerHandler(Protocol):
@@ -103,11 +104,13 @@ class _Service:
         self.decode_report = ReportDecoder(max_bytes)  # remembers each host's flow entries (schema.ReportDecoder)
         self.encode_reply = ReplyEncoder()  # and the encoding of its levels
 
-    def _call(self, method: str, body: bytes, context: grpc.ServicerContext,
-              work: Callable[[bytes, float, float], dict[str, Any] | bytes]) -> bytes:
+    def _call(self, method: str, body: bytes, md: Mapping[str, str | bytes],
+              work: Callable[[bytes, float, float], dict[str, Any] | bytes]) -> tuple[bytes, Metadata]:
+        """(reply, its trailing metadata) of a call whose invocation metadata is ``md``. Touches no gRPC
+        context, so it may run in the blocking pool; the caller sets the metadata on the loop."""
         now = self.clock()
         try:
-            sent_at = auth.verify(self.secret, method, body, dict(context.invocation_metadata()), now)
+            sent_at = auth.verify(self.secret, method, body, md, now)
         except auth.AuthError as exc:
             self.on_reject("auth")
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
@@ -120,10 +123,10 @@ class _Service:
         except ReplayError as exc:
             self.on_reject("replay")
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
-        context.set_trailing_metadata(auth.metadata(self.secret, _reply_method(method), now, out))
-        return out
+        return out, auth.metadata(self.secret, _reply_method(method), now, out)
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+        """Report, on the event loop (the TLS peer check reads the context)."""
         json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
 
         def work(body: bytes, now: float, sent_at: float) -> bytes:
@@ -134,9 +137,13 @@ class _Service:
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
             reply = self.handler.report(report, now)
             return self.encode_reply(report.host, reply) if json else protowire.reply_to_proto(reply)
-        return self._call(REPORT, body, context, work)
+        out, trailing = self._call(REPORT, body, dict(context.invocation_metadata()), work)
+        context.set_trailing_metadata(trailing)
+        return out
 
-    def status(self, body: bytes, context: grpc.ServicerContext) -> bytes:
+    def status(self, body: bytes, md: Mapping[str, str | bytes]) -> tuple[bytes, Metadata]:
+        """Status: (reply, trailing metadata), without the gRPC context (it runs in the blocking pool:
+        the status of 100,000 flows takes a while to build and encode)."""
         def work(body: bytes, now: float, sent_at: float) -> dict[str, Any] | bytes:
             if not protowire.is_json(body):
                 protowire.check_status_request(body)
@@ -144,7 +151,7 @@ class _Service:
             if decode(body, self.max_bytes) != {"v": VERSION}:
                 raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
             return self.handler.status(now)
-        return self._call(STATUS, body, context, work)
+        return self._call(STATUS, body, md, work)
 
 
 def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock: Clock = time.time,
@@ -166,7 +173,9 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
             return svc.report(body, context)
 
         async def status(body: bytes, context: Any) -> bytes:
-            return await server.in_pool(svc.status, body, context)
+            out, trailing = await server.in_pool(svc.status, body, dict(context.invocation_metadata()))
+            context.set_trailing_metadata(trailing)  # on the loop: the context is the loop's
+            return out
 
         methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {"Report": method(report), "Status": method(status)}
         if hasattr(handler, "wait_levels") and threads > 4:
