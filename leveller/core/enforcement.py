@@ -14,7 +14,7 @@ Tolerances, for noisy machines: only a window where a level should carry at
 least ``min_bytes`` is judged (trickles and idle levels are "unknown"); a
 mismatch is raised when the queue counted less than ``raise_below`` of what it
 should (switches count frames with their Ethernet header, hosts IP packets, so
-a healthy queue counts a little more, never half); it clears only above
+a healthy queue counts a little more, never half); it clears only at or above
 ``clear_above`` (hysteresis: no flapping around one threshold). Extra bytes on
 a queue are not an error: traffic LEVELLER does not manage lands there too.
 
@@ -89,7 +89,7 @@ def expected_bytes(flow_bytes: Iterable[tuple[Sequence[str], int, int]], ports: 
 def compare(expected: Mapping[QueueKey, int], counted: Mapping[QueueKey, int], tolerance: Tolerance,
             alarmed: frozenset[QueueKey] = frozenset()) -> tuple[list[QueueCheck], frozenset[QueueKey]]:
     """Checks of every (switch, port, level) with enough expected bytes, and the mismatches after this
-    window: raised below ``raise_below``, kept until above ``clear_above``; a level not judged this
+    window: raised below ``raise_below``, kept until at or above ``clear_above``; a level not judged this
     window (too few bytes, or its port not counted at all) keeps its previous state."""
     checks = []
     now_alarmed = set(alarmed)
