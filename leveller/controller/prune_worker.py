@@ -38,11 +38,6 @@ LOG = logging.getLogger("leveller.controller")
 OFFLOAD_PAIRS = 50_000
 
 
-def _prune_in_worker(rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links: int,
-                     k: int) -> np.ndarray:
-    return prune(rank, inc_flow, inc_link, n_links, k)
-
-
 def _ready() -> bool:
     return True
 
@@ -81,17 +76,20 @@ class PruneWorker:
     def prune(self, rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links: int,
               k: int) -> np.ndarray:
         """leveller.core.levels.prune, in the worker when the incidence has ``offload_pairs`` pairs or more."""
-        with self._lock:
-            pool = None if self._closed or len(inc_flow) < self.offload_pairs else self._pool
-            if pool is None and not self._closed and len(inc_flow) >= self.offload_pairs:
-                self._pool = self._start()  # for the next large decision; this one is pruned here
+        pool = None
+        if len(inc_flow) >= self.offload_pairs:
+            with self._lock:
+                if not self._closed:
+                    pool = self._pool
+                    if pool is None:
+                        self._pool = self._start()  # for the next large decision; this one is pruned here
         if pool is None:
             self.in_place += 1
             return prune(rank, inc_flow, inc_link, n_links, k)
         if len(rank) >= 2**31 or n_links >= 2**31:
             raise ValueError(f"{len(rank)} flows / {n_links} links: more than the worker's int32 ids hold")
         try:
-            levels = pool.submit(_prune_in_worker, np.asarray(rank, dtype=np.int32),
+            levels = pool.submit(prune, np.asarray(rank, dtype=np.int32),
                                  np.asarray(inc_flow, dtype=np.int32), np.asarray(inc_link, dtype=np.int32),
                                  n_links, k).result()
         except BrokenProcessPool:

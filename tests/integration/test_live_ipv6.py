@@ -34,7 +34,7 @@ ETH_P_IPV6 = 0x86DD
 
 def drain(sock: socket.socket) -> int:
     """Discard the frames already queued on ``sock`` (captured before the mark was in the map)."""
-    dropped = 0
+    dropped, timeout = 0, sock.gettimeout()
     sock.setblocking(False)
     try:
         while True:
@@ -43,7 +43,7 @@ def drain(sock: socket.socket) -> int:
     except BlockingIOError:
         return dropped
     finally:
-        sock.settimeout(0.2)
+        sock.settimeout(timeout)
 
 
 def traffic_classes(sock: socket.socket, dport: int, until: float) -> list[int]:
