@@ -317,3 +317,25 @@ def test_the_lease_runs_out_by_the_kernel_clock_with_nobody_acting(dp: object) -
         time.sleep(0.02)
     pkt = ipv4(tcp(1302, 80), tos=0x03)
     assert run(dp, pkt) == pkt
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1024, 4096])
+def test_lookup_all_reads_every_entry_whatever_the_chunk(chunk: int) -> None:
+    """map_lookup_all reads a map in chunks; any chunk size (1: every bucket with two keys
+    overflows it and it must grow) returns each written entry exactly once."""
+    from leveller.agent.datapath import load_detached
+
+    dp = load_detached(max_flows=4096, max_marked_flows=4096)
+    try:
+        marks = {key4(1000 + i, 2000 + i % 97): (i % 63) + 1 for i in range(3000)}
+        dp.set_dscp(marks)
+        rows = libbpf.map_lookup_all(dp._dscp_fd, struct.calcsize("=40s"), 1, dp.max_marked_flows,  # type: ignore[attr-defined]
+                                     chunk=chunk)
+        assert len(rows) == len(marks)
+        from leveller.agent.flow_structs import decode_dscp, unpack_key
+        got = {unpack_key(k): v[0] for k, v in rows}
+        assert len(got) == len(marks)
+        assert {k: decode_dscp(m) for k, m in got.items()} == marks
+        assert dp.read_dscp() == marks
+    finally:
+        dp.detach()
