@@ -3,7 +3,16 @@ communication at once (slack 0.8 s: it can wait 0.5 s without stalling); job B c
 then communicates 0.5 s. Crux gives A the top level for good (GPU intensity 2.7 vs 1). With the
 agents' overlap rule A announces every communication phase in its log and its flows drop to the
 lowest level for the 0.5 s they can wait: A keeps its R, B gains. Measured on the demo's star
-(h1, h2 -> h4): real eBPF marks, real strict-priority queues on OVS, real TCP."""
+(h1, h2 -> h4) with three strict-priority levels (A on 2, B on 1, A's windows on 0): real eBPF
+marks, real strict-priority queues on OVS, real TCP.
+
+Why three: with the demo's two levels B is itself on the lowest level, and A's demoted flows share
+it with B's instead of yielding. B then gains only what A's traffic moved into B's compute: a fluid
+model of these shapes gives B 0.805 without the rule and 0.812 with it, and live runs measured
+0.66-0.81 without against 0.81 with (under two CPU burners 0.61 against 0.61-0.71), so no margin
+told the rule from luck. On three levels the same model gives 0.805 -> 0.916, and live runs
+measured B 0.71 -> 0.91 (quiet) and 0.61 -> 0.81 (two burners), A 0.97 -> 0.93-0.94: A's window is
+exactly the time it can wait, and the agent's reaction time comes out of A's compute."""
 
 from __future__ import annotations
 
@@ -13,15 +22,17 @@ from pathlib import Path
 
 import pytest
 
+from leveller.core.topology import topology_from_dict
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.scenario import LiveJob
+from leveller.demo.scenario import LiveJob, topology_dict
 
 pytestmark = pytest.mark.privileged
 
 A = LiveJob("ja", ("h4", "h1"), 0.8, 0.3, 21000, slack_s=0.8)
 B = LiveJob("jb", ("h4", "h2"), 0.5, 0.5, 21010)
 IDEAL = {"ja": 0.8, "jb": 1.0}
+LEVELS = 3
 
 
 def dscp_samples(agent_jsonl: Path, port: int) -> list[int]:
@@ -38,11 +49,12 @@ def test_a_job_with_slack_yields_in_its_window_keeps_its_rate_and_the_other_job_
 
     name = "ov" + uuid.uuid4().hex[:8]
     runs = {}
-    with DemoCluster(name, tmp_path / "run") as cluster:
+    star = topology_from_dict({**topology_dict(), "levels": LEVELS})
+    with DemoCluster(name, tmp_path / "run", topology=star) as cluster:
         for overlap in (False, True):
             tag = "overlap" if overlap else "plain"
             out = run_policy(cluster, tag, "crux", [A, B], IDEAL,
-                             LiveSettings(seconds=20.0, interval_s=0.05, overlap=overlap))
+                             LiveSettings(seconds=20.0, interval_s=0.05, overlap=overlap, levels=LEVELS))
             runs[tag] = (out.rates, dscp_samples(cluster.work_dir / tag / "agent-h1.jsonl", A.port))
     (plain, plain_marks), (ovl, ovl_marks) = runs["plain"], runs["overlap"]
     top = max(plain_marks)
@@ -54,7 +66,9 @@ def test_a_job_with_slack_yields_in_its_window_keeps_its_rate_and_the_other_job_
     assert top > 0 and set(plain_marks) == {top}
     demoted = ovl_marks.count(0) / len(ovl_marks)
     assert set(ovl_marks) == {0, top} and 0.35 <= demoted <= 0.85
-    # A's communication still ends within its compute: its R does not drop; B gains
-    assert ovl["ja"] >= plain["ja"] - 0.03 and ovl["ja"] >= 0.93
-    assert ovl["jb"] >= plain["jb"] + 0.03
+    # A's communication still ends (nearly) within its compute: its R drops by the agent's
+    # reaction time at most (0.04 measured; a window as long as the slack instead of the wait
+    # costs A far more); B gains what A yields (+0.20 measured, quiet and under load)
+    assert ovl["ja"] >= plain["ja"] - 0.08 and ovl["ja"] >= 0.85
+    assert ovl["jb"] >= plain["jb"] + 0.08
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]
