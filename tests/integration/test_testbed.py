@@ -73,6 +73,12 @@ def test_up_builds_queues_and_down_removes_everything(names):
     assert status["switches"] == ["s1", "s2"]
     assert {"a": "s1", "b": "s2", "rate_mbps": 50.0} in status["links"]
     assert all(status["processes"][d] for d in ("ovsdb-server", "ovs-vswitchd", "sdn"))
+    # the emulated switch is served before the hosts' load: every ovs-vswitchd thread at SWITCH_NICE
+    from leveller.testbed.ovs import SWITCH_NICE, OvsInstance
+    pid = OvsInstance(run_dir / "ovs", f"lvtb-{name}-sw").pid("ovs-vswitchd")
+    assert pid is not None
+    threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    assert len(threads) >= 2 and {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {SWITCH_NICE} != {0}
     assert status["forwarding"]["on"] is True
     assert all(s["connected"] and s["flows"] > 0 for s in status["forwarding"]["switches"].values())
     # hosts on different switches reach each other over the bottleneck: ping, and TCP both ways
