@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim torch demo lint test test-unit bench mutants clean
+.PHONY: setup system venv shim torch demo lint test test-under-load test-unit bench mutants clean
 
 setup: system venv shim
 
@@ -41,6 +41,10 @@ lint: venv
 
 test: setup lint
 	$(PY) -m pytest -q -ra
+
+# The live suite three times, each under two CPU burners (about 50 minutes; not part of `make test`)
+test-under-load: setup
+	scripts/under-load.sh 3 2
 
 test-unit: venv
 	$(PY) -m pytest -q -ra tests/unit
