@@ -21,10 +21,10 @@ from leveller.switchconfig.ovs import port_qos_args
 SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")
 # ovs-vswitchd plays the switch: one userspace thread forwards every emulated link, and a switch
-# never waits for the hosts' CPUs. At the default nice level, under two CPU burners, its forwarding
-# delays grew the RTT past what a 64 KiB window covers at the link rate, the jobs' iterations
-# stretched and jittered, and CASSINI's shifted jobs drifted back into each other (overlap 0.27
-# against 0.31 unshifted; 0.084-0.088 against 0.24-0.28 at this level). Its threads inherit it.
+# never waits for the hosts' CPUs. At the default nice level, under two CPU burners, two jobs that
+# fit the link when they alternate ran at R 0.77-0.83 with CASSINI's shifts and drifted back into each
+# other (overlap 0.28, unshifted 0.37); at -10, R 0.89-0.90 and overlap 0.084-0.088 (unshifted
+# 0.24-0.28), as on a quiet machine (test_live_cassini). Its threads inherit the level.
 SWITCH_NICE = -10
 
 
