@@ -17,7 +17,17 @@ from collections.abc import Iterator
 import pytest
 
 from leveller.agent import libbpf
-from leveller.agent.flow_structs import FlowDscpC, FlowKeyC, FlowStatsC, key_records, pack_key
+from leveller.agent.flow_structs import (
+    DSCP_FORMAT,
+    KEY_FORMAT,
+    FlowDscpC,
+    FlowKeyC,
+    FlowStatsC,
+    decode_dscp,
+    key_records,
+    pack_key,
+    unpack_key,
+)
 from leveller.errors import UserError
 from leveller.model.flow import FlowKey, flow_key
 
@@ -329,10 +339,9 @@ def test_lookup_all_reads_every_entry_whatever_the_chunk(chunk: int) -> None:
     try:
         marks = {key4(1000 + i, 2000 + i % 97): (i % 63) + 1 for i in range(3000)}
         dp.set_dscp(marks)
-        rows = libbpf.map_lookup_all(dp._dscp_fd, struct.calcsize("=40s"), 1, dp.max_marked_flows,  # type: ignore[attr-defined]
-                                     chunk=chunk)
+        rows = libbpf.map_lookup_all(dp._dscp_fd, KEY_FORMAT.size, DSCP_FORMAT.size,  # type: ignore[attr-defined]
+                                     dp.max_marked_flows, chunk=chunk)
         assert len(rows) == len(marks)
-        from leveller.agent.flow_structs import decode_dscp, unpack_key
         got = {unpack_key(k): v[0] for k, v in rows}
         assert len(got) == len(marks)
         assert {k: decode_dscp(m) for k, m in got.items()} == marks

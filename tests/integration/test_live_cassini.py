@@ -7,8 +7,10 @@ start) their communication overlaps for as long as TCP's own drift leaves it so.
 The star's links run at 25 Mbit/s here, not the demo's 100: at 100 every byte costs ovs-vswitchd's
 one forwarding thread and the kernel four times the CPU, and under two CPU burners the jobs'
 iterations stretched from 1.0 s to 1.4 s and jittered, drifting out of the plan's phase within a
-few iterations (overlap fair 0.31, cassini 0.27). CASSINI's shifts need periodic jobs; the
-bottleneck should be the link, not the machine's CPU."""
+few iterations (overlap fair 0.31, cassini 0.27). At 25 Mbit/s alone it was still 0.37 vs 0.28;
+what made the shifts hold under load is the testbed's ovs-vswitchd at nice -10
+(leveller.testbed.ovs.SWITCH_NICE): 0.24-0.28 vs 0.084-0.088. CASSINI's shifts need periodic jobs;
+the bottleneck should be the link, not the machine's CPU."""
 
 from __future__ import annotations
 
