@@ -47,6 +47,7 @@ class LevellerApp(app_manager.OSKenApp):
         self.datapaths: dict[int, Any] = {}
         self.port_names: dict[int, dict[int, str]] = {}
         self.queue_stats: dict[tuple[int, int, int], dict[str, Any]] = {}
+        self.classified: dict[str, bool] = {}  # tc mode: port -> its DSCP classifier was in place at the last check
 
     def start(self) -> Any:
         thread = super().start()
@@ -116,8 +117,24 @@ class LevellerApp(app_manager.OSKenApp):
         if self.cfg.queue_mode != "tc":
             return
         for _port_no, name in sorted(self.port_names.get(dpid, {}).items()):
-            if tcmap.ensure_filters(name, self.cfg.level_map):
+            found = tcmap.ensure_filters(name, self.cfg.level_map)
+            self.classified[name] = found != tcmap.NO_QDISC
+            if found == tcmap.INSTALLED:
                 LOG.info("DSCP classifier installed on %s", name)
+
+    def queues_ready(self) -> tuple[bool, list[str]]:
+        """(ready, what is missing): every connected switch's ports known and, in tc mode, each with its
+        DSCP classifier. Until then traffic is forwarded but not prioritised (health says so)."""
+        missing = []
+        for s in self.logic.topo.switches:
+            if s.dpid not in self.datapaths:
+                continue  # not connected: "switches" says so
+            names = self.port_names.get(s.dpid)
+            if names is None:
+                missing.append(f"{s.name} (ports not known yet)")
+            elif self.cfg.queue_mode == "tc":
+                missing += [n for _, n in sorted(names.items()) if not self.classified.get(n)]
+        return not missing, missing
 
     def _serve_api(self) -> None:
         from eventlet import tpool  # heavy requests run in OS threads; the API's event loop stays free
@@ -132,9 +149,12 @@ class LevellerApp(app_manager.OSKenApp):
 
     # ---- views for the API -----------------------------------------------------------------
     def health(self) -> dict[str, Any]:
+        """Switches connected, flows, the level map, and ``queues``: ``ready`` once every connected switch's
+        egress ports prioritise by DSCP (tc mode: the classifier on each port), else ``missing`` names them."""
+        ready, missing = self.queues_ready()
         return {"switches": {s.name: s.dpid in self.datapaths for s in self.logic.topo.switches},
                 "flows": len(self.logic.flows), "queue_mode": self.cfg.queue_mode,
-                "levels": self.logic.level_map.to_dict()}
+                "levels": self.logic.level_map.to_dict(), "queues": {"ready": ready, "missing": missing}}
 
     def queues(self) -> list[dict[str, Any]]:
         """Per-queue counters of every switch port: on the userspace datapath (tc mode) the HTB classes

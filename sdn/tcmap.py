@@ -29,18 +29,24 @@ def htb_present(dev: str) -> bool:
     return proc.returncode == 0 and "htb 1: root" in proc.stdout
 
 
-def ensure_filters(dev: str, level_map: LevelMap) -> bool:
+INSTALLED, KEPT, NO_QDISC = "installed", "kept", "no-qdisc"  # what ensure_filters found and did
+
+
+def ensure_filters(dev: str, level_map: LevelMap) -> str:
     """Install the DSCP classifier on `dev` unless exactly the expected number is there.
-    Returns True when (re)installed, False when already fine or the port has no HTB yet."""
-    if not htb_present(dev) or installed_filters(dev) == 2 * level_map.levels:  # IPv4 and IPv6 per level
-        return False
+    Returns INSTALLED when (re)installed, KEPT when already in place, NO_QDISC when the port has no
+    HTB yet (OVS creates it a moment after the port: traffic through it is not yet prioritised)."""
+    if not htb_present(dev):
+        return NO_QDISC
+    if installed_filters(dev) == 2 * level_map.levels:  # IPv4 and IPv6 per level
+        return KEPT
     cmds = tc_dscp_filters(dev, level_map)
     subprocess.run(cmds[0], capture_output=True)  # flush; may find nothing to delete
     for argv in cmds[1:]:
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
-    return True
+    return INSTALLED
 
 
 def parse_class_stats(text: str) -> dict[int, dict[str, int]]:

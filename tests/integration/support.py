@@ -135,17 +135,19 @@ def send_report(address: str, body: bytes, secret: bytes | None,
     return grpc.StatusCode.OK, ""
 
 
-def wait_connected(client: Any, timeout: float = 20.0) -> None:
-    """Wait until the SDN app (an sdn.client.SdnClient) reports every switch connected."""
+def wait_connected(client: Any, timeout: float = 20.0, queues: bool = True) -> None:
+    """Wait until the SDN app (an sdn.client.SdnClient) reports every switch connected and, with
+    ``queues``, their egress ports prioritising by DSCP (health's queues.ready)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if all(client.health()["switches"].values()):
+            health = client.health()
+            if all(health["switches"].values()) and (not queues or health["queues"]["ready"]):
                 return
         except OSError:
             pass
-        time.sleep(0.2)
-    raise AssertionError(f"switches did not connect: {client.health()}")
+        time.sleep(0.1)
+    raise AssertionError(f"switches did not connect (or their queues are not ready): {client.health()}")
 
 
 def listening(tb: Any, host: str, port: int) -> bool:
@@ -203,7 +205,7 @@ def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
     try:
         tb.start_sdn(extra=list(sdn_args))
         client = SdnClient.for_run_dir(tb.run_dir)
-        wait_connected(client)
+        wait_connected(client, queues=qos)
         yield tb, client
     finally:
         tb.down()

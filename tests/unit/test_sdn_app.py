@@ -124,7 +124,7 @@ def port_desc(app: LevellerApp, dp: FakeDatapath, ports: list[tuple[int, Any]]) 
 def test_port_names_keep_real_ports_only_and_tc_mode_keeps_their_classifiers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     ensured: list[str] = []
-    monkeypatch.setattr(app_module.tcmap, "ensure_filters", lambda name, lm: ensured.append(name) or False)
+    monkeypatch.setattr(app_module.tcmap, "ensure_filters", lambda name, lm: ensured.append(name) or "kept")
     app = make_app("tc")
     dp = connected(app, LEAF1)[LEAF1]
     port_desc(app, dp, [(1, b"leaf1-p1"), (2, "leaf1-p2"), (ofp.OFPP_LOCAL, b"leaf1")])
@@ -135,6 +135,29 @@ def test_port_names_keep_real_ports_only_and_tc_mode_keeps_their_classifiers(
     dp2 = connected(kernel, LEAF1)[LEAF1]
     port_desc(kernel, dp2, [(1, b"leaf1-p1")])
     assert ensured == [] and kernel.port_names[LEAF1] == {1: "leaf1-p1"}
+
+
+def test_health_says_queues_are_ready_only_once_every_connected_port_prioritises(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    found = {"leaf1-p1": app_module.tcmap.KEPT, "leaf1-p2": app_module.tcmap.NO_QDISC}
+    monkeypatch.setattr(app_module.tcmap, "ensure_filters", lambda name, lm: found[name])
+    app = make_app("tc")
+    assert app.health()["queues"] == {"ready": True, "missing": []}  # nothing connected: nothing to wait for
+    dp = connected(app, LEAF1)[LEAF1]
+    assert app.health()["queues"] == {"ready": False, "missing": ["leaf1 (ports not known yet)"]}
+    port_desc(app, dp, [(1, b"leaf1-p1"), (2, b"leaf1-p2")])
+    assert app.health()["queues"] == {"ready": False, "missing": ["leaf1-p2"]}  # OVS has not made its HTB yet
+    found["leaf1-p2"] = app_module.tcmap.INSTALLED  # the poll loop's next check installs it
+    app._keep_classifiers(LEAF1)
+    assert app.health()["queues"] == {"ready": True, "missing": []}
+    found["leaf1-p1"] = app_module.tcmap.NO_QDISC  # OVS rebuilt a port's qdisc: not ready until reinstalled
+    app._keep_classifiers(LEAF1)
+    assert app.health()["queues"] == {"ready": False, "missing": ["leaf1-p1"]}
+    kernel = make_app("set_queue")  # set_queue switches queue by their own rules: ready once the ports are known
+    dp2 = connected(kernel, LEAF1)[LEAF1]
+    assert kernel.health()["queues"]["ready"] is False
+    port_desc(kernel, dp2, [(1, b"leaf1-p1")])
+    assert kernel.health()["queues"] == {"ready": True, "missing": []}
 
 
 def test_queue_statistics_are_reported_per_level_with_their_age(monkeypatch: pytest.MonkeyPatch) -> None:
