@@ -89,6 +89,16 @@ class Decision:
     links: Mapping[FlowKey, tuple[str, ...]]
     flows: FlowSnapshot | None = None
     level_array: np.ndarray | None = None  # level of row r of ``flows``
+    # level by the table id of a flow (-1: not in this decision), one longer than the ids it covers: the
+    # last entry is -1 too, so an id past the end or -1 reads "not decided" (Controller._reply, per report)
+    level_by_id: np.ndarray | None = None
+
+
+def levels_by_id(flows: FlowSnapshot, levels: np.ndarray) -> np.ndarray:
+    """``Decision.level_by_id`` of a decision over ``flows`` with ``levels`` per row."""
+    by_id = np.full(len(flows.row_by_id) + 1, -1, dtype=np.int16)
+    by_id[flows.flow_ids] = levels
+    return by_id
 
 
 def job_rate(job: JobInput, now: float) -> float | None:
@@ -148,7 +158,8 @@ def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Polic
     """The decision for the flows of a snapshot (every flow's job must be in ``jobs``)."""
     order, rates = rank(jobs, policy, now, shapes)
     levels = flow_levels(order, flows, k, pruner)
-    return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels)
+    return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels,
+                    levels_by_id(flows, levels))
 
 
 def decide(jobs: Sequence[JobInput], flows: Mapping[FlowKey, str],

@@ -81,9 +81,9 @@ class HostFlows:
         self.keys = list(flows)
         self.jobs = list(flows.values())
         self.ids = np.fromiter(map(ids.__getitem__, self.keys), dtype=np.int64, count=len(self.keys))
-        # the levels of these flows in the last reply (-1: not decided) and that reply's entries, reused
-        # while a new decision leaves them unchanged (the controller's business; None until the first reply)
-        self.last_reply: tuple[np.ndarray, Any] | None = None
+        # the levels of these flows in the last reply (the bytes of their array, -1: not decided) and that
+        # reply's entries, reused while a new decision leaves them unchanged (the controller's business)
+        self.last_reply: tuple[bytes, Any] | None = None
 
 
 class FlowTable:

@@ -121,20 +121,17 @@ class Controller:
         steady levels cost a few array operations per report (and the encoder can reuse its bytes)."""
         d = self.decision
         flows: tuple[FlowLevel, ...] = ()
-        if d is not None and d.flows is not None and d.level_array is not None and held.keys:
-            snap = d.flows
-            if snap.generation == self.flows.generation:
+        if d is not None and d.flows is not None and d.level_by_id is not None and held.keys:
+            by_id = d.level_by_id
+            if d.flows.generation == self.flows.generation:
                 idx = held.ids
             else:  # the table was compacted after this decision: its ids are the decision's own
-                idx = np.fromiter(map(snap.ids.get, held.keys, repeat(-1)), dtype=np.int64, count=len(held.keys))
-            inside = (idx >= 0) & (idx < len(snap.row_by_id))
-            row = np.full(len(idx), -1, dtype=np.int64)
-            row[inside] = snap.row_by_id[idx[inside]]
-            levels = np.full(len(row), -1, dtype=np.int64)  # -1: not in the decision (new flow)
-            decided = row >= 0
-            levels[decided] = d.level_array[row[decided]]
+                idx = np.fromiter(map(d.flows.ids.get, held.keys, repeat(-1)), dtype=np.int64, count=len(held.keys))
+            # ids past the decision's (flows new since) and -1 read its last entry: -1, not decided
+            levels = by_id[np.minimum(idx, len(by_id) - 1)]
+            same = levels.tobytes()
             last = held.last_reply
-            if last is not None and np.array_equal(last[0], levels):
+            if last is not None and last[0] == same:
                 flows = last[1]
             else:
                 pick = np.flatnonzero(levels >= 0)
@@ -143,7 +140,7 @@ class Controller:
                     keys, jobs = [keys[i] for i in pick.tolist()], [jobs[i] for i in pick.tolist()]
                 # tuple.__new__ builds the FlowLevel named tuples without a Python frame per flow
                 flows = tuple(map(tuple.__new__, repeat(FlowLevel), zip(keys, jobs, levels[pick].tolist())))
-                held.last_reply = (levels, flows)
+                held.last_reply = (same, flows)
         shifts = () if self.shift_planner is None else \
             self.shift_planner.replies([j.job for j in host_jobs], self.monotonic())
         return LevelsReply(self.epoch, self.lease_s, self.level_map.dscp, flows, self.decision_age(), shifts,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import socket
 import threading
 from collections import OrderedDict
@@ -247,6 +248,11 @@ class ReportDecoder:
     report. Anything else (a new or changed entry, another layout, any error) takes
     the full path, so results and errors are exactly those of ``report_from_wire``.
 
+    The common case, the very same entries in the same order as the host's last report,
+    is told in one pass over the list (``_COUNT.split``, C code): the list with its byte
+    counts cut out must equal the remembered one, with as many counts as entries.
+    Otherwise each entry's text is looked up on its own.
+
     Why the text is enough: an entry that passed the checks holds only the seven field
     names, numbers, IPv4 or IPv6 addresses (no brackets) and job names, so none of ``{ } [ ] ,`` occurs inside
     its strings; a flow list made of such entries and plain integers is therefore
@@ -256,10 +262,11 @@ class ReportDecoder:
 
     def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES, max_entries: int = 1_000_000) -> None:
         self.max_bytes, self.max_entries = max_bytes, max_entries
-        self._hosts: OrderedDict[str, dict[bytes, tuple[FlowKey, str]]] = OrderedDict()
+        self._hosts: OrderedDict[str, _Known] = OrderedDict()
         self._entries = 0
         self._lock = threading.Lock()
         self.fast = self.full = 0  # reports decoded each way (tests, benchmarks)
+        self.same = 0  # of the fast ones: the very same entries as the host's last report (one-pass path)
 
     def __call__(self, body: bytes) -> Report:
         report = self._fast(body) if len(body) <= self.max_bytes else None
@@ -272,30 +279,36 @@ class ReportDecoder:
         return report
 
     def _fast(self, body: bytes) -> Report | None:
-        split = _split_flows(body)
-        if split is None:
+        if not body.startswith(_FLOWS_HEAD):
             return None
-        tail, digits, texts = split
+        end = body.find(b"]", len(_FLOWS_HEAD))
+        if end < 0:
+            return None
+        inner = body[len(_FLOWS_HEAD):end]
         try:  # everything but the flow entries, through the strict codec and the field checks
-            rest = loads(b'{"flows":[]' + tail, self.max_bytes)
+            rest = loads(b'{"flows":[]' + body[end + 1:], self.max_bytes)
             by_dscp = rest.pop(DSCP_FIELD, None) if type(rest) is dict else None
             head = report_from_wire(rest)
-            dscp = () if by_dscp is None else _dscp_bytes(by_dscp, len(texts))
         except SchemaError:
             return None
         known = self._hosts.get(head.host)
         if known is None:
             return None
-        hits = list(map(known.get, texts))
-        if None in hits or len(set(texts)) != len(texts):  # distinct texts of one valid report: distinct flows
-            return None
         jobs = {j.job for j in head.jobs}
-        if not jobs.issuperset(map(_SECOND, cast(list[tuple[FlowKey, str]], hits))):  # no None: checked above
+        flows = known.same(inner, jobs)
+        if flows is not None:
+            self.same += 1
+        else:
+            flows = known.by_text(inner, jobs)
+            if flows is None:
+                return None
+            order = _order(inner, flows)
+            with self._lock:
+                known.order = order
+        try:
+            dscp = () if by_dscp is None else _dscp_bytes(by_dscp, len(flows))
+        except SchemaError:
             return None
-        nbytes = _byte_counts(digits)
-        if nbytes is None:
-            return None
-        flows = tuple(map(tuple.__new__, repeat(FlowReport), map(operator.add, hits, zip(nbytes))))
         with self._lock:
             if head.host in self._hosts:
                 self._hosts.move_to_end(head.host)
@@ -310,19 +323,77 @@ class ReportDecoder:
         nbytes = _byte_counts(digits)
         if nbytes is None or nbytes != [f.bytes for f in report.flows]:
             return
-        known = dict(zip(texts, map(_KEY_JOB, report.flows)))
+        known = _Known(dict(zip(texts, map(_KEY_JOB, report.flows))),
+                       _order(body[len(_FLOWS_HEAD):body.index(b"]")], report.flows))
         with self._lock:
             old = self._hosts.pop(report.host, None)
-            self._entries += len(known) - (len(old) if old else 0)
+            self._entries += len(known.texts) - (len(old.texts) if old else 0)
             self._hosts[report.host] = known
             while self._entries > self.max_entries and self._hosts:
                 _, gone = self._hosts.popitem(last=False)
-                self._entries -= len(gone)
+                self._entries -= len(gone.texts)
+
+
+_Order = tuple[bytes, int, tuple[FlowKey, ...], tuple[str, ...], frozenset[str]]
+
+
+def _order(inner: bytes, flows: tuple[FlowReport, ...] | list[FlowReport]) -> _Order:
+    """A valid flow list ``inner`` (the codec's layout, between ``[`` and ``]``) as ReportDecoder's
+    one-pass path compares it: the list with its byte counts cut out, the number of entries, and the
+    keys and jobs of ``flows`` (its entries, decoded) in order."""
+    keys, jobs = zip(*map(_KEY_JOB, flows)) if flows else ((), ())
+    return _COUNT_SLOT.join(_COUNT.split(inner)[0::2]), len(flows), keys, jobs, frozenset(jobs)
+
+
+class _Known:
+    """What ReportDecoder remembers of a host: its validated entries' texts -> (key, job), and the order
+    of its last decoded report's entries (``_order``)."""
+
+    __slots__ = ("texts", "order")
+
+    def __init__(self, texts: dict[bytes, tuple[FlowKey, str]], order: _Order) -> None:
+        self.texts, self.order = texts, order
+
+    def same(self, inner: bytes, jobs: set[str]) -> tuple[FlowReport, ...] | None:
+        """The flows of ``inner`` if it is the remembered list in the same order with plain byte counts
+        (one regex split in C), the entries' jobs among ``jobs``; else None.
+
+        Exact: cutting every ``{"bytes":<digits>,`` down to ``{"bytes":,`` gave the remembered template,
+        whose n slots are the only ``{"bytes":,`` in it (no ``{`` inside a valid entry's strings), and n
+        counts were cut, so each slot held exactly one run of digits: ``inner`` is the remembered list
+        with new counts (which _byte_counts checks as the codec would)."""
+        template, n, keys, job_names, job_set = self.order
+        parts = _COUNT.split(inner)
+        if len(parts) != 2 * n + 1 or _COUNT_SLOT.join(parts[0::2]) != template or not job_set <= jobs:
+            return None
+        counts = _byte_counts(parts[1::2])
+        if counts is None:
+            return None
+        return tuple(map(tuple.__new__, repeat(FlowReport), zip(keys, job_names, counts)))
+
+    def by_text(self, inner: bytes, jobs: set[str]) -> tuple[FlowReport, ...] | None:
+        """The flows of ``inner`` if every entry is a remembered text (any order, none twice) with a plain
+        byte count and a job among ``jobs``; else None."""
+        split = _split_entries(inner)
+        if split is None:
+            return None
+        digits, texts = split
+        hits = list(map(self.texts.get, texts))
+        if None in hits or len(set(texts)) != len(texts):  # distinct texts of one valid report: distinct flows
+            return None
+        if not jobs.issuperset(map(_SECOND, cast(list[tuple[FlowKey, str]], hits))):  # no None: checked above
+            return None
+        nbytes = _byte_counts(digits)
+        if nbytes is None:
+            return None
+        return tuple(map(tuple.__new__, repeat(FlowReport), map(operator.add, hits, zip(nbytes))))
 
 
 _FLOWS_HEAD = b'{"flows":['
 _ENTRY_HEAD = b'{"bytes":'
 _ENTRY_SEP = b'},{"bytes":'
+_COUNT = re.compile(rb'\{"bytes":(\d+),')  # an entry's byte count (ASCII digits: \d of a bytes pattern)
+_COUNT_SLOT = b'{"bytes":,'
 _SECOND = operator.itemgetter(1)
 _KEY_JOB = operator.itemgetter(0, 1)
 
@@ -337,15 +408,18 @@ def _split_flows(body: bytes) -> tuple[bytes, list[bytes], list[bytes]] | None:
     end = body.find(b"]", len(_FLOWS_HEAD))
     if end < 0:
         return None
-    inner = body[len(_FLOWS_HEAD):end]
+    split = _split_entries(body[len(_FLOWS_HEAD):end])
+    return None if split is None else (body[end + 1:], *split)
+
+
+def _split_entries(inner: bytes) -> tuple[list[bytes], list[bytes]] | None:
+    """The D and the T of a flow list ``{"bytes":D,T},...`` (between ``[`` and ``]``); see _split_flows."""
     if not inner:
-        return body[end + 1:], [], []
+        return [], []
     if not (inner.startswith(_ENTRY_HEAD) and inner.endswith(b"}")):
         return None
     parts = [p.partition(b",") for p in inner[len(_ENTRY_HEAD):-1].split(_ENTRY_SEP)]
-    digits = [p[0] for p in parts]
-    texts = [p[2] for p in parts]
-    return body[end + 1:], digits, texts
+    return [p[0] for p in parts], [p[2] for p in parts]
 
 
 def _byte_counts(digits: list[bytes]) -> list[int] | None:
