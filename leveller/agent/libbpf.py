@@ -4,9 +4,10 @@
   usable on a program loaded by bcc (its fd); runs the program on crafted
   packet bytes (optionally with a struct __sk_buff context, see skb_context)
   and returns the verdict and the bytes it produced.
-- map_update_batch / map_delete_batch / map_lookup_all: the kernel's batch
-  map operations on raw byte buffers (bcc's wrappers build one Python object
-  per entry and its lookup loop reuses one variable for count and cursor).
+- map_update_batch / map_delete_batch / map_lookup_all / array_lookup_all: the
+  kernel's batch map operations on raw byte buffers (bcc's wrappers build one
+  Python object per entry and its lookup loop reuses one variable for count
+  and cursor).
 
 Debian's libbpf.so.1 (1.1) is the library bcc itself links.
 """
@@ -206,3 +207,18 @@ def map_lookup_all(map_fd: int, key_size: int, value_size: int, max_entries: int
         first = False
         cursor_in.value = cursor_out.value
     return rows
+
+
+def array_lookup_all(map_fd: int, value_size: int, max_entries: int) -> bytes:
+    """The values of every element of an array map, in index order (element i at i * value_size), read
+    through the bpf() syscall in one BPF_MAP_LOOKUP_BATCH (not through any mmap of the map)."""
+    keys = ctypes.create_string_buffer(4 * max_entries)
+    values = ctypes.create_string_buffer(value_size * max_entries)
+    cursor_out = ctypes.c_uint64(0)
+    cnt = ctypes.c_uint32(max_entries)
+    ret = _lib().bpf_map_lookup_batch(map_fd, None, ctypes.byref(cursor_out), keys, values, ctypes.byref(cnt),
+                                      ctypes.byref(_batch_opts()))
+    err = _errno(ret) if ret != 0 else 0
+    if (err and err != errno.ENOENT) or cnt.value != max_entries:
+        raise BpfSyscallError("BPF_MAP_LOOKUP_BATCH", err or errno.EIO, cnt.value)
+    return values.raw
