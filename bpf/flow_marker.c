@@ -5,8 +5,10 @@
  * Compiled at run time by bcc (leveller/agent/datapath.py) with
  *   -DFLOW_STATS_MAX=<n>  entries of flow_stats_egress (LRU: a full map evicts
  *                         the least recently seen flow, forwarding goes on)
- *   -DFLOW_DSCP_MAX=<n>   entries of flow_dscp_egress (plain hash: userspace
- *                         is the only writer and reports a full map)
+ *   -DFLOW_DSCP_MAX=<n>   entries of flow_dscp_egress (plain hash, flow -> slot:
+ *                         userspace is the only writer and reports a full map)
+ *   -DFLOW_MARK_SLOTS=<n> entries of flow_mark_egress (array of marks, one per
+ *                         slot, mmap'd by the agent)
  *   -DFLOW_DSCP_STATS_MAX=<n> entries of flow_dscp_stats_egress (LRU, per
  *                         flow and DSCP sent with)
  *
@@ -38,6 +40,9 @@
 #ifndef FLOW_DSCP_MAX
 #error "FLOW_DSCP_MAX must be set with -DFLOW_DSCP_MAX=<entries>"
 #endif
+#ifndef FLOW_MARK_SLOTS
+#error "FLOW_MARK_SLOTS must be set with -DFLOW_MARK_SLOTS=<entries>"
+#endif
 #ifndef FLOW_DSCP_STATS_MAX
 #error "FLOW_DSCP_STATS_MAX must be set with -DFLOW_DSCP_STATS_MAX=<entries>"
 #endif
@@ -47,7 +52,8 @@
 #define IPV4_CSUM_OFF (ETH_HLEN + offsetof(struct iphdr, check))
 
 BPF_TABLE("lru_hash", struct flow_key, struct flow_stats, flow_stats_egress, FLOW_STATS_MAX);
-BPF_HASH(flow_dscp_egress, struct flow_key, struct flow_dscp, FLOW_DSCP_MAX);
+BPF_HASH(flow_dscp_egress, struct flow_key, struct flow_slot, FLOW_DSCP_MAX);
+BPF_F_TABLE("array", __u32, struct flow_dscp, flow_mark_egress, FLOW_MARK_SLOTS, BPF_F_MMAPABLE);
 BPF_ARRAY(flow_lease_egress, struct flow_lease, 1);
 BPF_TABLE("lru_hash", struct flow_dscp_key, struct flow_dscp_stats, flow_dscp_stats_egress, FLOW_DSCP_STATS_MAX);
 
@@ -132,16 +138,27 @@ static __always_inline int lease_valid(void)
 	return lease && bpf_ktime_get_ns() < lease->deadline_ns;
 }
 
-/* The wanted DSCP of the flow, or -1 to leave the packet alone. */
+/* The wanted DSCP of the flow, or -1 to leave the packet alone: its slot, then
+ * the mark in that slot, read once (the agent stores marks concurrently). */
 static __always_inline int wanted_dscp(struct flow_key *key)
 {
-	struct flow_dscp *d = flow_dscp_egress.lookup(key);
+	struct flow_slot *s = flow_dscp_egress.lookup(key);
+	struct flow_dscp *d;
+	__u32 slot;
+	__u8 mark;
 
-	if (!d || (d->mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK)) || !(d->mark & FLOW_DSCP_SET))
+	if (!s)
+		return -1;
+	slot = s->slot;
+	d = flow_mark_egress.lookup(&slot); /* NULL for a slot past the array */
+	if (!d)
+		return -1;
+	mark = *(volatile __u8 *)&d->mark;
+	if ((mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK)) || !(mark & FLOW_DSCP_SET))
 		return -1;
 	if (!lease_valid())
 		return -1;
-	return d->mark & FLOW_DSCP_MASK;
+	return mark & FLOW_DSCP_MASK;
 }
 
 static __always_inline void handle_ipv4(struct __sk_buff *skb, void *data, void *data_end)

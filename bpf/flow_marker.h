@@ -55,19 +55,33 @@ struct flow_dscp_stats {
 	__u64 packets;
 };
 
-/* flow -> DSCP value. Encoding of `mark`:
+/* A marked flow's slot: the value of flow_dscp_egress (hash, flow_key -> slot),
+ * the index of the flow's mark in flow_mark_egress. The agent writes an entry
+ * only when a flow gets or loses its slot; a slot >= the array's size marks
+ * nothing. */
+struct flow_slot {
+	__u32 slot;
+};
+
+/* The mark of one slot: the value of flow_mark_egress (array, BPF_F_MMAPABLE),
+ * which the agent maps into its memory and writes with plain stores, so
+ * changing an existing flow's DSCP takes no system call. Encoding of `mark`:
  *   0                     leave the packet alone (also: any invalid value)
  *   FLOW_DSCP_SET | dscp  set the DSCP to dscp (0..63), keep the ECN bits
- * i.e. valid values are 0x80..0xbf; bit 6 set means invalid (no-op). */
+ * i.e. valid values are 0x80..0xbf; bit 6 set means invalid (no-op).
+ * 8 bytes, the size the kernel gives every array element anyway: element i
+ * lies at byte 8 * i of the mapped area. A freed slot is zeroed before a new
+ * flow gets it, and a new flow's mark is written before its slot entry. */
 #define FLOW_DSCP_SET 0x80
 #define FLOW_DSCP_MASK 0x3f
 struct flow_dscp {
 	__u8 mark;
+	__u8 pad[7];     /* always zero */
 };
 
 /* The agent's lease on its marks: the only entry (key 0) of flow_lease_egress.
  * deadline_ns is a bpf_ktime_get_ns() time (CLOCK_MONOTONIC). No packet is
- * rewritten at or after it, whatever flow_dscp_egress holds, so marks end on
+ * rewritten at or after it, whatever the marks hold, so marks end on
  * time even when the agent is killed and nobody clears the map.
  * 0 (the value at load) means no lease: nothing is rewritten. */
 struct flow_lease {

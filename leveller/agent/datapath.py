@@ -8,6 +8,14 @@ counter reads are batched (BPF_MAP_*_BATCH). The program rewrites only while
 the lease written with set_lease() runs by the kernel clock, so the marks of an
 agent that was killed end by themselves.
 
+A marked flow has a slot: flow_dscp_egress (hash) maps its key to the slot,
+flow_mark_egress (array, BPF_F_MMAPABLE) holds the mark of every slot and is
+mapped into this process, so changing the mark of a flow that has a slot is a
+store into memory, no system call. Slots are handed out here (leveller.agent.slots,
+twice as many as max_marked_flows, freed slots reused last); a flow that leaves
+loses its hash entry first, then its mark is zeroed, then its slot is freed; a
+new flow's mark is in its slot before its hash entry exists.
+
     with Datapath("eth0", max_flows=65536) as dp:
         dp.set_lease(3.0)          # rewrites stop by themselves 3 s from now (kernel clock)
         dp.set_dscp({key: 46})
@@ -19,8 +27,10 @@ FILTER_HANDLE, name PROGRAM_NAME on the egress hook; cleanup_stale() removes it.
 
 from __future__ import annotations
 
+import errno
+import mmap
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,12 +39,13 @@ import numpy as np
 
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import (
-    DSCP_FORMAT,
+    DSCP_DTYPE,
     DSCP_KEY_FORMAT,
     DSCP_STATS_FORMAT,
     KEY_FORMAT,
     LEASE_FORMAT,
     LEASE_KEY_FORMAT,
+    SLOT_FORMAT,
     STATS_FORMAT,
     FlowStats,
     decode_dscp,
@@ -44,6 +55,7 @@ from leveller.agent.flow_structs import (
     unpack_key,
 )
 from leveller.agent.names import check_ifname, check_netns
+from leveller.agent.slots import SlotsExhausted, SlotTable
 from leveller.errors import UserError
 from leveller.model.flow import FlowKey
 
@@ -51,7 +63,9 @@ BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SOURCE = BPF_DIR / "flow_marker.c"
 PROGRAM_NAME = "leveller_egress"
 STATS_MAP = "flow_stats_egress"
-DSCP_MAP = "flow_dscp_egress"
+DSCP_MAP = "flow_dscp_egress"  # flow -> slot (hash)
+MARK_MAP = "flow_mark_egress"  # slot -> mark (array, mmap'd)
+SLOTS_PER_MARKED_FLOW = 2  # new flows take slots before the leaving ones free theirs
 LEASE_MAP = "flow_lease_egress"
 DSCP_STATS_MAP = "flow_dscp_stats_egress"
 EGRESS_PARENT = 0xFFFFFFF3  # "ffff:fff3": clsact egress hook
@@ -72,7 +86,8 @@ class Datapath:
 
     def __init__(self, ifname: str, netns: str | None = None, max_flows: int = DEFAULT_MAX_FLOWS,
                  max_marked_flows: int | None = None) -> None:
-        """max_flows sizes the counter map (LRU), max_marked_flows the DSCP map (default: max_flows)."""
+        """max_flows sizes the counter map (LRU), max_marked_flows the DSCP map (default: max_flows),
+        which has twice as many mark slots."""
         check_ifname(ifname, "ifname")
         if netns is not None:
             check_netns(netns, "netns")
@@ -86,9 +101,12 @@ class Datapath:
         self._bpf: Any = None
         self._ifindex: int | None = None
         self._added_clsact = False
-        self._dscp: dict[FlowKey, int] = {}  # what we wrote into flow_dscp_egress
+        self._table: SlotTable | None = None  # which flow holds which slot (set at load)
+        self._marks_mm: mmap.mmap | None = None  # flow_mark_egress, mapped
+        self._marks: np.ndarray | None = None  # its flow_dscp.mark per slot (a view of _marks_mm)
         self._stats_fd = -1
         self._dscp_fd = -1
+        self._mark_fd = -1
         self._lease_fd = -1
         self._dscp_stats_fd = -1
 
@@ -97,9 +115,15 @@ class Datapath:
         """Entries of the per-(flow, DSCP) counter map: room for every flow on two levels."""
         return min(2 * self.max_flows, MAX_MAP_ENTRIES)
 
+    @property
+    def mark_slots(self) -> int:
+        """Elements of flow_mark_egress: a slot for every marked flow and as many to take new ones from
+        while the leaving ones still hold theirs."""
+        return SLOTS_PER_MARKED_FLOW * self.max_marked_flows
+
     def _cflags(self) -> list[str]:
         return [f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={self.max_flows}", f"-DFLOW_DSCP_MAX={self.max_marked_flows}",
-                f"-DFLOW_DSCP_STATS_MAX={self.max_dscp_stats}"]
+                f"-DFLOW_MARK_SLOTS={self.mark_slots}", f"-DFLOW_DSCP_STATS_MAX={self.max_dscp_stats}"]
 
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self) -> Datapath:
@@ -161,7 +185,6 @@ class Datapath:
         finally:
             ipr.close()
             self._release_bpf()
-            self._dscp.clear()
 
     def _load(self) -> Any:
         """Compile the program with this datapath's map sizes, load it and open its maps (the one place
@@ -178,16 +201,29 @@ class Datapath:
         return fn
 
     def _release_bpf(self) -> None:
+        self._marks, self._table = None, None
+        mm, self._marks_mm = self._marks_mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # someone still holds a view of the marks: unmapped when it goes
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
-        self._stats_fd = self._dscp_fd = self._lease_fd = self._dscp_stats_fd = -1
+        self._stats_fd = self._dscp_fd = self._mark_fd = self._lease_fd = self._dscp_stats_fd = -1
 
     def _map_fds(self) -> None:
         self._dscp_stats_fd = self._bpf.get_table(DSCP_STATS_MAP.encode()).map_fd
         self._stats_fd = self._bpf.get_table(STATS_MAP.encode()).map_fd
         self._dscp_fd = self._bpf.get_table(DSCP_MAP.encode()).map_fd
+        self._mark_fd = self._bpf.get_table(MARK_MAP.encode()).map_fd
         self._lease_fd = self._bpf.get_table(LEASE_MAP.encode()).map_fd
+        slots = self.mark_slots
+        self._marks_mm = mmap.mmap(self._mark_fd, slots * DSCP_DTYPE.itemsize, mmap.MAP_SHARED,
+                                   mmap.PROT_READ | mmap.PROT_WRITE)
+        self._marks = np.frombuffer(self._marks_mm, dtype=DSCP_DTYPE, count=slots)["mark"]
+        self._table = SlotTable(slots)
 
     def _where(self) -> str:
         return f"{self.ifname}" + (f" in netns {self.netns}" if self.netns else "")
@@ -218,9 +254,88 @@ class Datapath:
         rows = libbpf.map_lookup_all(self._lease_fd, LEASE_KEY_FORMAT.size, LEASE_FORMAT.size, 1)
         return int(LEASE_FORMAT.unpack(rows[0][1])[0]) if rows else 0
 
-    # ---- DSCP map -------------------------------------------------------
+    # ---- DSCP marks ---------------------------------------------------------
+    @property
+    def slots(self) -> SlotTable:
+        """Which flow holds which slot of flow_mark_egress (read it; change it with change_marks)."""
+        return self._mark_state()[0]
+
+    def _mark_state(self) -> tuple[SlotTable, np.ndarray]:
+        self._require_attached()
+        if self._table is None or self._marks is None:
+            raise DatapathError(f"{MARK_MAP} is not loaded")
+        return self._table, self._marks
+
+    def change_marks(self, slots: np.ndarray, marks: np.ndarray, new_keys: Sequence[FlowKey],
+                     new_marks: np.ndarray, gone: np.ndarray, new_records: np.ndarray | None = None) -> np.ndarray:
+        """The one writer of the two DSCP maps; returns the new flows' slots.
+
+        - The flows holding ``slots`` get ``marks`` (flow_dscp.mark, uint8): stores into the mapped
+          array, no system call.
+        - The flows holding ``gone`` leave: one BPF_MAP_DELETE_BATCH first (so that new flows find
+          room in the hash map); their marks are zeroed and their slots freed at the end, so a new
+          flow never gets a slot freed in the same call.
+        - ``new_keys`` (flows without a slot; their struct flow_key records ``new_records``, else
+          packed here: ValueError) get free slots holding ``new_marks``, then their entries in one
+          BPF_MAP_UPDATE_BATCH.
+
+        No checks of the marks or of max_marked_flows. All or nothing: if the kernel refuses a batch
+        (or no slot is free), what was written is put back and libbpf.BpfSyscallError is raised
+        (``done``: entries the kernel had taken before refusing, since put back)."""
+        table, view = self._mark_state()
+        if not table.bound[slots].all() or not table.bound[gone].all():
+            raise ValueError("change_marks: a slot to change or to free is held by no flow")
+        table.check_new(new_keys)
+        records = key_records(new_keys) if new_records is None else new_records
+        try:
+            fresh = table.pool.take(len(new_keys))
+        except SlotsExhausted as exc:
+            raise libbpf.BpfSyscallError(f"taking {len(new_keys)} slots of {MARK_MAP} ({exc})", errno.ENOSPC) from exc
+        if len(gone):  # first, so that the new flows find room in the hash map
+            try:
+                libbpf.map_delete_batch(self._dscp_fd, table.records[gone], len(gone))
+            except libbpf.BpfSyscallError as exc:
+                self._put_back(gone[:exc.done])
+                self._unwind(records[:0], fresh)
+                raise
+        if len(fresh):
+            view[fresh] = new_marks  # a free slot is zero and no entry leads to it yet
+            try:
+                libbpf.map_update_batch(self._dscp_fd, records, fresh.astype(np.uint32), len(fresh))
+            except libbpf.BpfSyscallError as exc:
+                self._unwind(records[:exc.done], fresh)
+                self._put_back(gone)
+                raise
+        view[slots] = marks
+        view[gone] = 0  # no entry leads here any more; zero before the slot can go to another flow
+        table.bind(new_keys, records, fresh)
+        table.release(gone)
+        return fresh
+
+    def _put_back(self, deleted: np.ndarray) -> None:
+        """Write again the entries of flows whose slot entries a refused call deleted (their marks and
+        slots were not touched yet)."""
+        table, _ = self._mark_state()
+        self._quietly(libbpf.map_update_batch, self._dscp_fd, table.records[deleted], deleted.astype(np.uint32),
+                      len(deleted))
+
+    def _unwind(self, written: np.ndarray, fresh: np.ndarray) -> None:
+        """Take back new flows' slots after a refused batch: delete the entries ``written``, zero, free."""
+        table, view = self._mark_state()
+        self._quietly(libbpf.map_delete_batch, self._dscp_fd, written, len(written))
+        view[fresh] = 0
+        table.pool.give(fresh)
+
+    @staticmethod
+    def _quietly(call: Any, *args: Any) -> None:
+        """Best effort while putting things back: the first error is the one reported."""
+        try:
+            call(*args)
+        except libbpf.BpfSyscallError:
+            pass
+
     def set_dscp(self, mapping: Mapping[FlowKey, int]) -> None:
-        """Mark these flows' packets with these DSCPs (0..63), in one batch; all or nothing."""
+        """Mark these flows' packets with these DSCPs (0..63); all or nothing (see change_marks)."""
         self._require_attached()
         if not mapping:
             return
@@ -232,66 +347,81 @@ class Datapath:
                 marks.append(encode_dscp(dscp))
             except ValueError as exc:
                 raise UserError(f"{key}: {exc}") from None
-        new = sum(1 for key in mapping if key not in self._dscp)
-        if len(self._dscp) + new > self.max_marked_flows:
+        keys, table = list(mapping), self.slots
+        slots = table.lookup(keys, len(keys))
+        new = slots < 0
+        marked = len(table) + int(np.count_nonzero(new))
+        if marked > self.max_marked_flows:
             raise UserError(
-                f"{len(self._dscp) + new} marked flows would exceed max_marked_flows="
+                f"{marked} marked flows would exceed max_marked_flows="
                 f"{self.max_marked_flows}; nothing changed (raise the limit or clear flows)")
+        new_keys = [key for key, is_new in zip(keys, new.tolist()) if is_new]
         try:
-            keys = key_records(list(mapping))
+            records = key_records(new_keys)
         except ValueError as exc:
             raise UserError(f"flows refused: {exc}; nothing changed") from None
+        want = np.array(marks, dtype=np.uint8)
         try:
-            libbpf.map_update_batch(self._dscp_fd, keys, bytes(marks), len(marks))
+            self.change_marks(slots[~new], want[~new], new_keys, want[new], _NO_SLOTS, records)
         except libbpf.BpfSyscallError as exc:
-            self._restore(list(mapping))
             raise DatapathError(f"updating {DSCP_MAP} with {len(marks)} flows: {exc}; nothing changed") from exc
-        self._dscp.update(mapping)
 
     def clear_dscp(self, keys: Iterable[FlowKey]) -> None:
         """Stop marking these flows (their packets then pass unchanged); unknown keys are ignored."""
-        self._require_attached()
-        present = [key for key in dict.fromkeys(keys) if key in self._dscp]
+        table = self.slots
+        present = [key for key in dict.fromkeys(keys) if key in table.slot_of]
         if not present:
             return
         try:
-            libbpf.map_delete_batch(self._dscp_fd, key_records(present), len(present))
+            self.change_marks(_NO_SLOTS, _NO_MARKS, [], _NO_MARKS, table.lookup(present, len(present)))
         except libbpf.BpfSyscallError as exc:
-            self._restore(present)
             raise DatapathError(f"deleting {len(present)} flows from {DSCP_MAP}: {exc}; nothing changed") from exc
-        for key in present:
-            del self._dscp[key]
 
     def write_dscp(self, keys: np.ndarray, marks: np.ndarray) -> None:
-        """One BPF_MAP_UPDATE_BATCH: struct flow_key records (flow_structs.KEY_DTYPE) -> flow_dscp.mark
-        (uint8, flow_structs.encode_dscp_array). For a caller that keeps its own record of the map
-        (enforce_bpf.BpfEnforcer): no checks, no bookkeeping here. Raises libbpf.BpfSyscallError,
-        whose ``done`` tells how many entries were written first."""
-        self._require_attached()
-        libbpf.map_update_batch(self._dscp_fd, keys, marks, len(keys))
+        """struct flow_key records (flow_structs.KEY_DTYPE) -> raw flow_dscp.mark (uint8, e.g.
+        flow_structs.encode_dscp_array; an invalid mark is written as it is and leaves the flow's packets
+        alone). No checks, no limit: for a caller that wants the raw encoding (the marker's fuzzer).
+        Flows with a slot get the mark by a store; the others slots and one BPF_MAP_UPDATE_BATCH; a
+        record given twice gets its last mark. All or nothing: raises libbpf.BpfSyscallError with
+        nothing changed (see change_marks)."""
+        wanted = dict(zip(_flows_of_records(keys), np.asarray(marks, dtype=np.uint8).tolist()))
+        flows, table = list(wanted), self.slots
+        slots = table.lookup(flows, len(flows))
+        new = slots < 0
+        want = np.fromiter(wanted.values(), dtype=np.uint8, count=len(wanted))
+        new_keys = [key for key, is_new in zip(flows, new.tolist()) if is_new]
+        self.change_marks(slots[~new], want[~new], new_keys, want[new], _NO_SLOTS)
 
     def delete_dscp(self, keys: np.ndarray) -> None:
-        """One BPF_MAP_DELETE_BATCH of flow_key records (all must be in the map); see write_dscp."""
-        self._require_attached()
-        libbpf.map_delete_batch(self._dscp_fd, keys, len(keys))
+        """Stop marking the flows of these struct flow_key records, all of which must be marked (else
+        libbpf.BpfSyscallError ENOENT, nothing changed): one BPF_MAP_DELETE_BATCH; see write_dscp."""
+        flows, table = list(dict.fromkeys(_flows_of_records(keys))), self.slots
+        gone = table.lookup(flows, len(flows))
+        if (gone < 0).any():
+            raise libbpf.BpfSyscallError("BPF_MAP_DELETE_BATCH", errno.ENOENT)
+        self.change_marks(_NO_SLOTS, _NO_MARKS, [], _NO_MARKS, gone)
 
-    def _restore(self, keys: list[FlowKey]) -> None:
-        """Put the kernel map back to self._dscp for these keys after a failed batch."""
-        for key in keys:
-            old = self._dscp.get(key)
-            try:
-                if old is None:
-                    libbpf.map_delete_batch(self._dscp_fd, pack_key(key), 1)
-                else:
-                    libbpf.map_update_batch(self._dscp_fd, pack_key(key), bytes([encode_dscp(old)]), 1)
-            except libbpf.BpfSyscallError:
-                pass  # not there / unchanged: already in the old state
+    def read_mark_array(self) -> np.ndarray:
+        """flow_dscp.mark of every slot of flow_mark_egress as the kernel holds it, read through the
+        bpf() syscall (not the mapping this process writes through)."""
+        table, _ = self._mark_state()
+        raw = libbpf.array_lookup_all(self._mark_fd, DSCP_DTYPE.itemsize, table.capacity)
+        return np.frombuffer(raw, dtype=DSCP_DTYPE)["mark"].copy()
 
     def read_dscp(self) -> dict[FlowKey, int | None]:
-        """The DSCP map as the kernel holds it (None: an entry that leaves packets alone)."""
+        """Every flow the kernel's DSCP maps mark, with its DSCP as the kernel holds it (both maps
+        read through bpf(); None: an entry that leaves packets alone: an invalid mark, a slot past
+        the array)."""
         self._require_attached()
-        rows = libbpf.map_lookup_all(self._dscp_fd, KEY_FORMAT.size, DSCP_FORMAT.size, self.max_marked_flows)
-        return {unpack_key(k): decode_dscp(v[0]) for k, v in rows}
+        rows = libbpf.map_lookup_all(self._dscp_fd, KEY_FORMAT.size, SLOT_FORMAT.size, self.max_marked_flows)
+        if not rows:
+            return {}
+        marks = self.read_mark_array()
+        out: dict[FlowKey, int | None] = {}
+        for k, v in rows:
+            (slot,) = SLOT_FORMAT.unpack(v)
+            out[unpack_key(k)] = decode_dscp(int(marks[slot])) if slot < len(marks) else None
+        return out
 
     # ---- counters -------------------------------------------------------
     def read_stats(self) -> dict[FlowKey, FlowStats]:
@@ -330,6 +460,16 @@ class Datapath:
         """fd of the loaded program (for BPF_PROG_TEST_RUN)."""
         self._require_attached()
         return int(self._bpf.funcs[PROGRAM_NAME.encode()].fd)
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+_NO_MARKS = np.zeros(0, dtype=np.uint8)
+
+
+def _flows_of_records(records: np.ndarray) -> list[FlowKey]:
+    raw = np.ascontiguousarray(records).tobytes()
+    size = KEY_FORMAT.size
+    return [unpack_key(raw[i:i + size]) for i in range(0, len(raw), size)]
 
 
 def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None) -> Datapath:

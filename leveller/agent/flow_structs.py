@@ -5,7 +5,9 @@ mirror the C structs field by field (tests/unit/test_flow_structs.py compiles
 the header with clang and compares sizes and offsets). A flow is the model's
 FlowKey (leveller.model.flow, IPv4 or IPv6): this module only packs it into the
 map key (``pack_key``, ``key_records``) and back (``unpack_key``); FlowStats is
-the decoded counters. Pure: no bcc, no I/O.
+the decoded counters. A marked flow's DSCP lives in two maps: flow_dscp_egress
+(flow_key -> flow_slot) and the mmap'd array flow_mark_egress (slot -> flow_dscp).
+Pure: no bcc, no I/O.
 """
 
 from __future__ import annotations
@@ -55,10 +57,16 @@ class FlowStatsC(ctypes.Structure):
     ]
 
 
-class FlowDscpC(ctypes.Structure):
-    """struct flow_dscp (1 byte)."""
+class FlowSlotC(ctypes.Structure):
+    """struct flow_slot (4 bytes): the value of flow_dscp_egress, a marked flow's index in flow_mark_egress."""
 
-    _fields_ = [("mark", ctypes.c_uint8)]
+    _fields_ = [("slot", ctypes.c_uint32)]
+
+
+class FlowDscpC(ctypes.Structure):
+    """struct flow_dscp (8 bytes): one element of flow_mark_egress, as laid out in its mmap'd area."""
+
+    _fields_ = [("mark", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 7)]
 
 
 class FlowDscpKeyC(ctypes.Structure):
@@ -83,15 +91,18 @@ class FlowLeaseC(ctypes.Structure):
 # fast packing of thousands of entries for batched map operations.
 KEY_FORMAT = struct.Struct("=16s16sHHBB2x")
 STATS_FORMAT = struct.Struct("=QQQQ")
-DSCP_FORMAT = struct.Struct("=B")
+SLOT_FORMAT = struct.Struct("=I")
+DSCP_FORMAT = struct.Struct("=B7x")
 DSCP_KEY_FORMAT = struct.Struct("=40sB3x")  # struct flow_dscp_key: packed flow_key, dscp
 DSCP_STATS_FORMAT = struct.Struct("=QQ")
 LEASE_KEY_FORMAT = struct.Struct("=I")
 LEASE_FORMAT = struct.Struct("=Q")
 
 # numpy record types derived from the ctypes structs (same fields, offsets and size): the
-# buffers of BPF_MAP_*_BATCH for 10,000 flows are built as arrays, not entry by entry.
+# buffers of BPF_MAP_*_BATCH for 10,000 flows are built as arrays, not entry by entry, and
+# DSCP_DTYPE views the mmap'd flow_mark_egress (one record per slot).
 KEY_DTYPE = np.dtype(FlowKeyC)
+SLOT_DTYPE = np.dtype(FlowSlotC)
 DSCP_DTYPE = np.dtype(FlowDscpC)
 
 

@@ -19,8 +19,10 @@ agents      A real Controller serving gRPC on loopback and A emulated agents
             counts with the time it took to fail. The agents' last replies
             must carry a level for every flow they reported.
 map_update  10,000 flows change DSCP through BpfEnforcer.apply (change
-            detection, struct flow_key records, one BPF_MAP_UPDATE_BATCH) on
-            the real kernel map of bpf/flow_marker.c loaded detached; median.
+            detection, then the new marks stored into the mmap'd mark array:
+            the flows already hold slots, so no map-update syscall; the lease
+            renewal is one) on the real kernel maps of bpf/flow_marker.c
+            loaded detached, read back through bpf() at the end; median.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ On a fresh veth pair between two namespaces (sender ns_a -> receiver ns_b):
   re-marked by both markers; its iptables rule sits in the middle of the
   chain (the average position). Modes are interleaved, rotating the order
   each round; medians are reported.
-- time to change the DSCP of 1, 1,000 and N flows: our batched map update
-  (Datapath.set_dscp, Python encoding included) vs one `iptables-restore
-  --noflush` transaction, either with one `-R` (replace) line per changed
-  rule or rewriting the whole chain; "iptables" is the faster of the two.
+- time to change the DSCP of 1, 1,000 and N flows: our map update
+  (Datapath.set_dscp, Python encoding included; the flows already hold
+  slots, so the new marks are stores into the mmap'd mark array) vs one
+  `iptables-restore --noflush` transaction, either with one `-R` (replace)
+  line per changed rule or rewriting the whole chain; "iptables" is the
+  faster of the two.
 Everything (namespaces, rules, filters, iperf3) is removed on exit, also on
 Ctrl-C: iptables rules live in the sender namespace and die with it.
 """

@@ -1,9 +1,9 @@
 """Fuzz the loaded marker (bpf/flow_marker.c) with BPF_PROG_TEST_RUN and check every frame.
 
 The real program is compiled and loaded by bcc exactly as the agent does
-(leveller.agent.datapath.load_detached, attached nowhere); its DSCP map gets a
+(leveller.agent.datapath.load_detached, attached nowhere); its DSCP maps get a
 realistic flow set through the agent's own Datapath.set_dscp (plus a few raw
-invalid marks), and frames from leveller.bench.fuzz_packets run through it one
+invalid marks through Datapath.write_dscp), and frames from leveller.bench.fuzz_packets run through it one
 by one. Each result is checked by leveller.bench.fuzz_oracle, which decides
 from the frame's bytes alone what the program must do. Frames go in chunks;
 most chunks run under a valid lease, every fifth one (the second, seventh, ...)
@@ -26,6 +26,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import DSCP_KEY_FORMAT, DSCP_STATS_FORMAT, KEY_FORMAT, STATS_FORMAT, key_records
@@ -107,15 +109,16 @@ def _flow_text(f: Flow) -> str:
 
 
 def load_marker(plan: FlowPlan) -> Any:
-    """The program loaded (not attached) with the plan's DSCP map: mapped flows through the
-    agent's Datapath.set_dscp, invalid marks written raw (set_dscp refuses them)."""
+    """The program loaded (not attached) with the plan's DSCP marks: mapped flows through the
+    agent's Datapath.set_dscp, invalid marks written raw with Datapath.write_dscp (set_dscp refuses
+    them); each flow gets a slot and its mark in the mmap'd mark array, as the agent's flows do."""
     from leveller.agent.datapath import load_detached
 
     dp = load_detached(max_flows=STATS_ENTRIES, max_marked_flows=len(plan.mapped) + len(plan.inert))
     try:
         dp.set_dscp({_flow_key(f): d for f, d in plan.mapped.items()})
-        keys = key_records([_flow_key(f) for f in plan.inert])
-        libbpf.map_update_batch(dp._dscp_fd, keys, bytes(plan.inert.values()), len(plan.inert))
+        dp.write_dscp(key_records([_flow_key(f) for f in plan.inert]),
+                      np.fromiter(plan.inert.values(), dtype=np.uint8, count=len(plan.inert)))
     except BaseException:
         dp.detach()
         raise

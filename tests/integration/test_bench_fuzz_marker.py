@@ -66,7 +66,8 @@ DEFECTS = [
     ("IPv4 fragments not skipped", "if (iph->frag_off & bpf_htons(IP_FRAG_MASK))\n\t\treturn;", "",
      "changed_not_understood"),
     ("IPv6 flow label clobbered", "(old_word & 0xf00f)", "(old_word & 0xf000)", "outside_dscp"),
-    ("invalid marks honoured", "(d->mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK)) || ", "", "changed_unmapped"),
+    ("invalid marks honoured", "(mark & ~(FLOW_DSCP_SET | FLOW_DSCP_MASK)) || ", "", "changed_unmapped"),
+    ("mark read from the next flow's slot", "slot = s->slot;", "slot = s->slot + 1;", "dscp"),
     ("large frames dropped", "\t\thandle_ipv6(skb, data, data_end);\n\treturn TC_ACT_OK;",
      "\t\thandle_ipv6(skb, data, data_end);\n\treturn skb->len > 1000 ? TC_ACT_SHOT : TC_ACT_OK;", "verdict"),
 ]

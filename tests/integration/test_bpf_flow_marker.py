@@ -3,7 +3,10 @@
 Packets are built byte by byte here and checksums computed here, independently
 of the program and of leveller's code. The marking tests run under a running
 lease (an hour ahead); the lease tests check that without one, or after it,
-nothing is rewritten whatever the DSCP map holds.
+nothing is rewritten whatever the DSCP maps hold. A marked flow's DSCP is in two
+maps: flow_dscp_egress (flow -> slot) and flow_mark_egress (slot -> mark, an
+array the agent writes through mmap); tests/integration/test_bpf_mark_slots.py
+covers the slots themselves.
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ import struct
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from leveller.agent import libbpf
 from leveller.agent.flow_structs import (
-    DSCP_FORMAT,
     KEY_FORMAT,
+    SLOT_FORMAT,
     FlowDscpC,
     FlowKeyC,
+    FlowSlotC,
     FlowStatsC,
     decode_dscp,
     key_records,
@@ -97,10 +102,12 @@ def loaded() -> Iterator[object]:
 
 @pytest.fixture()
 def dp(loaded: object) -> Iterator[object]:
-    """The loaded program with both maps emptied and a running lease before each test."""
-    raw = list(loaded.read_dscp())  # type: ignore[attr-defined]
-    libbpf.map_delete_batch(loaded._dscp_fd, key_records(raw), len(raw))  # type: ignore[attr-defined]
-    loaded._dscp.clear()  # type: ignore[attr-defined]
+    """The loaded program with its maps emptied and a running lease before each test."""
+    loaded.clear_dscp(list(loaded.read_dscp()))  # type: ignore[attr-defined]
+    raw = libbpf.map_lookup_all(loaded._dscp_fd, KEY_FORMAT.size, SLOT_FORMAT.size, 1024)  # type: ignore[attr-defined]
+    if raw:  # entries a test wrote past the datapath's record
+        libbpf.map_delete_batch(loaded._dscp_fd, b"".join(k for k, _ in raw), len(raw))  # type: ignore[attr-defined]
+    assert not loaded.read_mark_array().any()  # type: ignore[attr-defined]  # every freed slot zeroed
     loaded.forget_flows(list(loaded.read_stats()))  # type: ignore[attr-defined]
     by_dscp = libbpf.map_lookup_all(loaded._dscp_stats_fd, 44, 16, loaded.max_dscp_stats)  # type: ignore[attr-defined]
     if by_dscp:
@@ -119,11 +126,15 @@ def run(dp: object, packet: bytes, repeat: int = 1) -> bytes:
 
 def test_bcc_sees_the_same_struct_sizes_as_the_mirror(dp: object) -> None:
     bpf = dp._bpf  # type: ignore[attr-defined]
-    stats, dscp = bpf.get_table(b"flow_stats_egress"), bpf.get_table(b"flow_dscp_egress")
+    stats, slots = bpf.get_table(b"flow_stats_egress"), bpf.get_table(b"flow_dscp_egress")
+    marks = bpf.get_table(b"flow_mark_egress")
     assert ctypes.sizeof(stats.Key) == ctypes.sizeof(FlowKeyC)
     assert ctypes.sizeof(stats.Leaf) == ctypes.sizeof(FlowStatsC)
-    assert ctypes.sizeof(dscp.Key) == ctypes.sizeof(FlowKeyC)
-    assert ctypes.sizeof(dscp.Leaf) == ctypes.sizeof(FlowDscpC)
+    assert ctypes.sizeof(slots.Key) == ctypes.sizeof(FlowKeyC)
+    assert ctypes.sizeof(slots.Leaf) == ctypes.sizeof(FlowSlotC)
+    assert ctypes.sizeof(marks.Key) == 4 and ctypes.sizeof(marks.Leaf) == ctypes.sizeof(FlowDscpC) == 8
+    assert marks.flags & 1024  # BPF_F_MMAPABLE
+    assert marks.max_entries == dp.mark_slots == 2 * dp.max_marked_flows  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("ecn", [0, 1, 2, 3])
@@ -250,9 +261,24 @@ def test_malformed_or_foreign_packets_pass_identical_and_uncounted(dp: object, n
 def test_invalid_marks_written_directly_leave_packets_alone(dp: object) -> None:
     for sport, mark in ((1100, 0x00), (1101, 0x40 | 46), (1102, 46), (1103, 0xFF)):
         key = key4(sport, 80)
-        libbpf.map_update_batch(dp._dscp_fd, pack_key(key), bytes([mark]), 1)  # type: ignore[attr-defined]
+        dp.write_dscp(key_records([key]), np.array([mark], dtype=np.uint8))  # type: ignore[attr-defined]
+        assert dp.read_dscp()[key] is None  # type: ignore[attr-defined]
         pkt = ipv4(tcp(sport, 80), tos=0x05)
         assert run(dp, pkt) == pkt, f"mark {mark:#x}"
+
+
+def test_a_slot_past_the_mark_array_leaves_packets_alone(dp: object) -> None:
+    """Slot entries written around the datapath, pointing past the mark array: the program's lookup
+    of the mark fails and the packet passes unchanged; a marked flow beside them is still marked."""
+    valid = key4(1105, 80)
+    dp.set_dscp({valid: 46})  # type: ignore[attr-defined]
+    for sport, slot in ((1104, dp.mark_slots), (1106, 2**32 - 1)):  # type: ignore[attr-defined]
+        key = key4(sport, 80)
+        libbpf.map_update_batch(dp._dscp_fd, pack_key(key), SLOT_FORMAT.pack(slot), 1)  # type: ignore[attr-defined]
+        assert dp.read_dscp()[key] is None  # type: ignore[attr-defined]
+        pkt = ipv4(tcp(sport, 80), tos=0x05)
+        assert run(dp, pkt) == pkt, f"slot {slot}"
+    assert run(dp, ipv4(tcp(1105, 80)))[15] == 46 << 2
 
 
 def test_clear_dscp_stops_marking(dp: object) -> None:
@@ -339,12 +365,13 @@ def test_lookup_all_reads_every_entry_whatever_the_chunk(chunk: int) -> None:
     try:
         marks = {key4(1000 + i, 2000 + i % 97): (i % 63) + 1 for i in range(3000)}
         dp.set_dscp(marks)
-        rows = libbpf.map_lookup_all(dp._dscp_fd, KEY_FORMAT.size, DSCP_FORMAT.size,  # type: ignore[attr-defined]
+        rows = libbpf.map_lookup_all(dp._dscp_fd, KEY_FORMAT.size, SLOT_FORMAT.size,  # type: ignore[attr-defined]
                                      dp.max_marked_flows, chunk=chunk)
         assert len(rows) == len(marks)
-        got = {unpack_key(k): v[0] for k, v in rows}
-        assert len(got) == len(marks)
-        assert {k: decode_dscp(m) for k, m in got.items()} == marks
+        got = {unpack_key(k): SLOT_FORMAT.unpack(v)[0] for k, v in rows}
+        assert len(got) == len(marks) == len(set(got.values()))  # one slot per flow
+        held = dp.read_mark_array()
+        assert {k: decode_dscp(int(held[s])) for k, s in got.items()} == marks
         assert dp.read_dscp() == marks
     finally:
         dp.detach()

@@ -16,7 +16,7 @@ from leveller.agent import flow_structs as fs
 from leveller.model.flow import FlowKey, flow_key
 
 HEADER_DIR = Path(__file__).resolve().parents[2] / "bpf"
-MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_dscp": fs.FlowDscpC,
+MIRRORS = {"flow_key": fs.FlowKeyC, "flow_stats": fs.FlowStatsC, "flow_slot": fs.FlowSlotC, "flow_dscp": fs.FlowDscpC,
            "flow_lease": fs.FlowLeaseC, "flow_dscp_key": fs.FlowDscpKeyC, "flow_dscp_stats": fs.FlowDscpStatsC}
 
 
@@ -43,7 +43,10 @@ def test_ctypes_mirror_matches_the_c_header_compiled_by_clang() -> None:
 def test_struct_formats_have_the_ctypes_sizes() -> None:
     assert fs.KEY_FORMAT.size == ctypes.sizeof(fs.FlowKeyC) == 40
     assert fs.STATS_FORMAT.size == ctypes.sizeof(fs.FlowStatsC) == 32
-    assert fs.DSCP_FORMAT.size == ctypes.sizeof(fs.FlowDscpC) == 1
+    assert fs.SLOT_FORMAT.size == ctypes.sizeof(fs.FlowSlotC) == 4
+    # an element of the mmap'd mark array: the kernel rounds array values up to 8 bytes, and the
+    # struct is exactly that, so element i lies at 8 * i
+    assert fs.DSCP_FORMAT.size == ctypes.sizeof(fs.FlowDscpC) == fs.DSCP_DTYPE.itemsize == 8
     assert fs.LEASE_FORMAT.size == ctypes.sizeof(fs.FlowLeaseC) == 8
     assert fs.DSCP_KEY_FORMAT.size == ctypes.sizeof(fs.FlowDscpKeyC) == 44
     assert fs.DSCP_STATS_FORMAT.size == ctypes.sizeof(fs.FlowDscpStatsC) == 16
@@ -136,7 +139,7 @@ def test_string_addresses_are_normalised_and_keys_hash_equal() -> None:
 # ---- numpy records: the batch buffers, derived from the ctypes mirror ---------------------------------
 
 def test_numpy_record_types_have_the_ctypes_layout() -> None:
-    for dtype, mirror in ((fs.KEY_DTYPE, fs.FlowKeyC), (fs.DSCP_DTYPE, fs.FlowDscpC)):
+    for dtype, mirror in ((fs.KEY_DTYPE, fs.FlowKeyC), (fs.SLOT_DTYPE, fs.FlowSlotC), (fs.DSCP_DTYPE, fs.FlowDscpC)):
         assert dtype.itemsize == ctypes.sizeof(mirror)
         assert [(n, dtype.fields[n][1]) for n in dtype.names] == \
             [(n, getattr(mirror, n).offset) for n, _ in mirror._fields_]
