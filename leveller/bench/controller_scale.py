@@ -10,7 +10,8 @@ levels      A real Controller (leveller policy, K = 8, topology path provider)
 agents      A real Controller serving gRPC on loopback and A emulated agents
             (one gRPC channel each, spread over a few processes, asyncio),
             each reporting F flows of the generated cluster every tau with
-            the real wire format, signature and validation, at phases spread
+            the real wire format, signature and validation, on one
+            ReportStream call as the agent's client does, at phases spread
             over tau. The controller decides every tau (ticks at start +
             i * tau). After a warm-up (the first decision routes every flow),
             a window of ``duration`` seconds is measured: report latency as
@@ -196,9 +197,10 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
 
     from leveller.codec import decode, encode
     from leveller.rpc import auth
+    from leveller.rpc import leveller_pb2 as pb
     from leveller.rpc.replay import new_run_id
     from leveller.rpc.schema import FlowReport, JobReport, Report, reply_from_wire, report_to_wire
-    from leveller.rpc.transport import REPORT
+    from leveller.rpc.transport import REPORT_STREAM
 
     sent: list[float] = []
     latency: list[float] = []
@@ -215,7 +217,8 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
         body_of = _ReportBody(host, flows)
         run = new_run_id()  # as a real agent process: reports numbered 1, 2, ... (replay protection)
         async with grpc.aio.insecure_channel(address) as channel:
-            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(REPORT)
+            # as ControllerClient: every report a signed message on one ReportStream call
+            call: Any = None
             t = start_at + tau_s * index / count
             n = 0
             while t < until:
@@ -232,16 +235,29 @@ async def _agents_main(address: str, agents: list[tuple[int, list[tuple[Any, str
                 t0 = time.perf_counter()
                 ok = True
                 try:
-                    last = await call(body, metadata=auth.metadata(SECRET, REPORT, time.time(), body),
-                                      timeout=timeout_s)
-                except grpc.aio.AioRpcError as exc:
+                    if call is None:
+                        call = channel.stream_stream(REPORT_STREAM)()
+                    md = dict(auth.metadata(SECRET, REPORT_STREAM, time.time(), body))
+                    await asyncio.wait_for(call.write(pb.SignedMessage(
+                        body=body, time=md[auth.TIME_KEY], mac=md[auth.SIGNATURE_KEY]).SerializeToString()), timeout_s)
+                    raw = await asyncio.wait_for(call.read(), timeout_s)
+                    if raw is grpc.aio.EOF:
+                        raise RuntimeError("the controller ended the report stream")
+                    last = pb.SignedMessage.FromString(raw).body
+                except (TimeoutError, grpc.aio.AioRpcError, RuntimeError) as exc:
                     ok = False
                     if not first_error:
-                        first_error.append(f"{exc.code().name}: {exc.details()}")
+                        first_error.append(f"{exc.code().name}: {exc.details()}" if isinstance(
+                            exc, grpc.aio.AioRpcError) else f"{type(exc).__name__}: {exc}")
+                    if call is not None:
+                        call.cancel()
+                    call = None  # as the real client: a failed stream is dropped, the next report opens one
                 latency.append((time.perf_counter() - t0) * 1e3)
                 sent.append(now)
                 failed.append(not ok)
                 t += tau_s
+            if call is not None:
+                await call.done_writing()
         if last is None or len(reply_from_wire(decode(last), jobs).flows) != len(flows):
             incomplete.append(host)
 

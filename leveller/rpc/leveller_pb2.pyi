@@ -133,6 +133,16 @@ class WatchRequest(_message.Message):
     wait_s: float
     def __init__(self, host: _Optional[str] = ..., epoch: _Optional[int] = ..., wait_s: _Optional[float] = ...) -> None: ...
 
+class SignedMessage(_message.Message):
+    __slots__ = ("body", "time", "mac")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    time: str
+    mac: str
+    def __init__(self, body: _Optional[bytes] = ..., time: _Optional[str] = ..., mac: _Optional[str] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

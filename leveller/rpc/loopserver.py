@@ -28,6 +28,7 @@ import grpc
 
 T = TypeVar("T")
 Handler = Callable[[bytes, Any], Awaitable[bytes]]
+MessageHandler = Callable[[bytes, Any], bytes]
 
 
 class Refused(Exception):
@@ -49,6 +50,22 @@ def method(handler: Handler) -> grpc.RpcMethodHandler:
             raise  # abort raises; never reached
 
     return grpc.unary_unary_rpc_method_handler(call)
+
+
+def stream_method(handler: MessageHandler) -> grpc.RpcMethodHandler:
+    """A stream-stream method of raw bytes answering each request message in order with
+    ``handler(message, context)``, on the loop; a ``Refused`` ends the stream with its status."""
+
+    async def call(requests: Any, context: Any) -> Any:
+        async for message in requests:
+            try:
+                reply = handler(message, context)
+            except Refused as exc:
+                await context.abort(exc.code, exc.details)
+                raise  # abort raises; never reached
+            yield reply
+
+    return grpc.stream_stream_rpc_method_handler(call)
 
 
 class LoopServer:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
@@ -30,7 +32,8 @@ import grpc
 from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
 from leveller.model.errors import CallFailed
 from leveller.rpc import auth, protowire
-from leveller.rpc.loopserver import LoopServer, Refused, method
+from leveller.rpc import leveller_pb2 as pb
+from leveller.rpc.loopserver import LoopServer, Refused, method, stream_method
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import (
     VERSION,
@@ -45,6 +48,7 @@ from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_host, serve
 
 SERVICE = "leveller.v1.Controller"
 REPORT = f"/{SERVICE}/Report"
+REPORT_STREAM = f"/{SERVICE}/ReportStream"
 STATUS = f"/{SERVICE}/Status"
 Clock = Callable[[], float]
 Metadata = tuple[tuple[str, str], ...]
@@ -127,6 +131,26 @@ class _Service:
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
         """Report, on the event loop (the TLS peer check reads the context)."""
+        out, trailing = self._report(REPORT, body, dict(context.invocation_metadata()), context)
+        context.set_trailing_metadata(trailing)
+        return out
+
+    def report_message(self, message: bytes, context: grpc.ServicerContext) -> bytes:
+        """One message of ReportStream (a SignedMessage), on the event loop: the report in its body, signed
+        in the message itself, answered by a SignedMessage of the reply."""
+        try:
+            env = pb.SignedMessage.FromString(message)
+        except Exception:  # protobuf's DecodeError (any malformed message): nothing is decoded further
+            self.on_reject("invalid")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "(message): not a leveller.v1.SignedMessage") from None
+        md = {auth.TIME_KEY: env.time, auth.SIGNATURE_KEY: env.mac} if env.time or env.mac else {}
+        out, trailing = self._report(REPORT_STREAM, env.body, md, context)
+        signed = dict(trailing)
+        return pb.SignedMessage(body=out, time=signed.get(auth.TIME_KEY, ""),
+                                mac=signed.get(auth.SIGNATURE_KEY, "")).SerializeToString()
+
+    def _report(self, method: str, body: bytes, md: Mapping[str, str | bytes],
+                context: grpc.ServicerContext) -> tuple[bytes, Metadata]:
         json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
 
         def work(body: bytes, now: float, sent_at: float) -> bytes:
@@ -137,9 +161,7 @@ class _Service:
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
             reply = self.handler.report(report, now)
             return self.encode_reply(report.host, reply) if json else protowire.reply_to_proto(reply)
-        out, trailing = self._call(REPORT, body, dict(context.invocation_metadata()), work)
-        context.set_trailing_metadata(trailing)
-        return out
+        return self._call(method, body, md, work)
 
     def status(self, body: bytes, md: Mapping[str, str | bytes]) -> tuple[bytes, Metadata]:
         """Status: (reply, trailing metadata), without the gRPC context (it runs in the blocking pool:
@@ -177,7 +199,8 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
             context.set_trailing_metadata(trailing)  # on the loop: the context is the loop's
             return out
 
-        methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {"Report": method(report), "Status": method(status)}
+        methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+            "Report": method(report), "ReportStream": stream_method(svc.report_message), "Status": method(status)}
         if hasattr(handler, "wait_levels") and threads > 4:
             from leveller.rpc.push import watch_method  # push imports this module's peers
             methods["Watch"] = watch_method(handler, secret, server, clock, max_message_bytes,  # type: ignore[arg-type]
@@ -209,11 +232,84 @@ async def _add_health_and_reflection(server: grpc.aio.Server) -> None:
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
 
+class ReportStream:
+    """The client's end of one ReportStream call: a message out, its reply back, one at a time.
+
+    The call has no deadline (it lives as long as the agent); each exchange waits at most ``timeout_s``
+    for its reply, read by a thread of the stream's own. A call that fails, ends or times out is cancelled
+    and dropped (a late reply can never answer the next report); the next exchange opens a new one."""
+
+    _END = object()
+
+    def __init__(self, open_call: Callable[[Iterator[bytes]], Any]) -> None:
+        self._open = open_call
+        self._call: Any = None
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def exchange(self, message: bytes, timeout_s: float) -> bytes:
+        """The reply to ``message``; grpc.RpcError as a unary call raises it (DEADLINE_EXCEEDED after
+        ``timeout_s``)."""
+        if self._call is None:
+            self._start()
+        self._requests.put(message)
+        try:
+            reply = self._replies.get(timeout=timeout_s)
+        except queue.Empty:
+            self.close()
+            raise _StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no reply on the report stream in {timeout_s:g} s") \
+                from None
+        if isinstance(reply, bytes):
+            return reply
+        self.close()
+        if isinstance(reply, grpc.RpcError):
+            raise reply
+        raise _StreamError(grpc.StatusCode.UNAVAILABLE, "the controller ended the report stream")
+
+    def _start(self) -> None:
+        # this call's own queues: a dropped call's late reply lands in its old queue, never in the next one
+        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        call = self._open(iter(requests.get, self._END))
+
+        def read() -> None:
+            try:
+                for reply in call:
+                    replies.put(reply)
+                replies.put(self._END)
+            except grpc.RpcError as exc:
+                replies.put(exc)
+
+        threading.Thread(target=read, name="report-stream", daemon=True).start()
+        self._call, self._requests, self._replies = call, requests, replies
+
+    def close(self) -> None:
+        if self._call is not None:
+            self._requests.put(self._END)
+            self._call.cancel()
+            self._call = None
+
+
+class _StreamError(grpc.RpcError):
+    """A ReportStream failure noticed on this side (no reply in time, the stream ended)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
 class ControllerClient:
     """Client of the controller service; every reply's signature is checked before it is decoded.
 
-    Reports are numbered under ``run`` by ``seq`` (replay protection, leveller.rpc.replay); clients of
-    several controllers share both (leveller.rpc.failover)."""
+    Reports go on one ReportStream call (a unary Report each to a controller that does not know the
+    stream method). Reports are numbered under ``run`` by ``seq`` (replay protection,
+    leveller.rpc.replay); clients of several controllers share both (leveller.rpc.failover)."""
 
     def __init__(self, address: str, secret: bytes | None, timeout_s: float = 5.0, clock: Clock = time.time,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, run: str | None = None,
@@ -225,8 +321,13 @@ class ControllerClient:
         self._channel = channel(address, tls, client_options(max_message_bytes))
         self._report: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(REPORT)
         self._status: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(STATUS)
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = self._channel.stream_stream(REPORT_STREAM)
+        self._stream: ReportStream | None = ReportStream(stream)
+        self._lock = threading.Lock()  # one report at a time on the stream
 
     def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
         self._channel.close()
 
     def __enter__(self) -> ControllerClient:
@@ -235,8 +336,31 @@ class ControllerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, stub: Any, method: str, message: dict[str, Any]) -> dict[str, Any]:
-        body = encode(message)
+    def _streamed(self, body: bytes) -> dict[str, Any] | None:
+        """The decoded reply to a report sent on the stream; None if the controller has no ReportStream
+        (then this client uses unary calls from now on)."""
+        assert self._stream is not None
+        now = self.clock()
+        md = dict(auth.metadata(self.secret, REPORT_STREAM, now, body))
+        message = pb.SignedMessage(body=body, time=md.get(auth.TIME_KEY, ""), mac=md.get(auth.SIGNATURE_KEY, ""))
+        try:
+            raw = self._stream.exchange(message.SerializeToString(), self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._stream = None
+                return None
+            raise RpcFailure(exc.code(), exc.details() or "") from None
+        try:
+            env = pb.SignedMessage.FromString(raw)
+            signed = {auth.TIME_KEY: env.time, auth.SIGNATURE_KEY: env.mac} if env.time or env.mac else {}
+            auth.verify(self.secret, _reply_method(REPORT_STREAM), env.body, signed, self.clock())
+            return decode(env.body, self.max_bytes)
+        except Exception as exc:  # a bad signature, a bad reply, a message that is no SignedMessage
+            self._stream.close()
+            raise RpcFailure(None, f"reply from {self.address} refused: {exc}") from None
+
+    def _call(self, stub: Any, method: str, message: dict[str, Any], body: bytes | None = None) -> dict[str, Any]:
+        body = encode(message) if body is None else body
         now = self.clock()
         try:
             out, call = stub.with_call(body, timeout=self.timeout_s,
@@ -251,8 +375,12 @@ class ControllerClient:
 
     def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
         """Send a report; returns the validated levels (refusing levels for jobs not in ``known_jobs``)."""
-        numbered = dataclasses.replace(report, run=self.run, seq=next(self._seq))
-        msg = self._call(self._report, REPORT, report_to_wire(numbered))
+        with self._lock:
+            numbered = dataclasses.replace(report, run=self.run, seq=next(self._seq))
+            body = encode(report_to_wire(numbered))
+            msg = self._streamed(body) if self._stream is not None else None
+            if msg is None:
+                msg = self._call(self._report, REPORT, report_to_wire(numbered), body)
         try:
             return reply_from_wire(msg, known_jobs)
         except SchemaError as exc:
