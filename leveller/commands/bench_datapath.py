@@ -6,7 +6,7 @@ Measures, with iperf3 (one TCP stream, sender namespace -> receiver namespace):
   iptables  N mangle rules `-s A -d B -p tcp --sport X --dport Y -j DSCP` (the paper's method)
 The measured flow is one of the N and gets re-marked by both markers. Modes are
 interleaved (rotating order) and medians reported. Then the time to change the
-DSCP of 1, 1,000 and 10,000 flows: one batched map update vs one
+DSCP of 1, 1,000 and 10,000 flows that hold a slot: stores into the mmap'd mark array vs one
 `iptables-restore --noflush` transaction (replace-rule lines or a chain rewrite,
 whichever is faster). Needs root; removes everything it created, also on Ctrl-C.
 Takes about 1.5-2 minutes with the defaults.
@@ -78,7 +78,7 @@ def _print_tables(res: dict) -> None:
     sizes = list(res["update_ms"]["ebpf"])
     for size in sizes:
         t2.add_column(f"k={size}", justify="right")
-    rows = [("ebpf (batched map update)", res["update_ms"]["ebpf"]),
+    rows = [("ebpf (mark array stores)", res["update_ms"]["ebpf"]),
             ("iptables-restore, -R per rule", res["iptables_update_methods_ms"]["replace_rules"]),
             ("iptables-restore, chain rewrite", res["iptables_update_methods_ms"]["rewrite_chain"])]
     for name, vals in rows:
