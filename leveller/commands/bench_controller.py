@@ -56,7 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=30.0, metavar="S",
                         help="measured window of the agents part in seconds, after the warm-up (default 30)")
     parser.add_argument("--warmup", type=float, metavar="S",
-                        help="seconds before the window (default 3 x tau + time to route every flow)")
+                        help="seconds before the window (default 3 x tau + 0.1 ms per flow: the start's backlog "
+                             "must be answered first; a window that still holds it is refused)")
     parser.add_argument("--processes", type=int, default=2, metavar="P",
                         help="processes the emulated agents are spread over (default 2)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generated cluster (default 1)")
