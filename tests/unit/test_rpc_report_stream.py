@@ -4,10 +4,11 @@ Report against a controller without the stream method and drops a stream that do
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -17,18 +18,14 @@ from leveller.rpc import auth
 from leveller.rpc import leveller_pb2 as pb
 from leveller.rpc.protowire import reply_from_proto, report_to_proto
 from leveller.rpc.schema import FlowLevel, reply_to_wire, report_from_wire, report_to_wire
-from leveller.rpc.transport import REPORT, REPORT_STREAM, SERVICE, ControllerClient, RpcFailure, serve
-from tests.unit.test_rpc_transport import KEY, SECRET, RecordingHandler, report
+from leveller.rpc.transport import REPORT, REPORT_STREAM, SERVICE, ControllerClient, RpcFailure
+from tests.unit.test_rpc_transport import KEY, SECRET, RecordingHandler, report, serving
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[RecordingHandler, str]]:
-    handler = RecordingHandler()
-    srv, port = serve(handler, "127.0.0.1:0", SECRET, max_message_bytes=64 * 1024)
-    try:
-        yield handler, f"127.0.0.1:{port}"
-    finally:
-        srv.stop(grace=None)
+    with serving() as served:
+        yield served
 
 
 def signed(body: bytes, secret: bytes | None = SECRET, method: str = REPORT_STREAM,
@@ -143,9 +140,23 @@ def test_a_controller_without_the_stream_gets_unary_reports() -> None:
     assert [r.seq for r in handler.reports] == [1, 2]
 
 
-def test_a_stream_that_does_not_answer_in_time_is_dropped_and_the_next_report_opens_another() -> None:
+@contextlib.contextmanager
+def stream_server(stream_call: Callable[[Iterator[bytes], grpc.ServicerContext], Iterator[bytes]]) -> Iterator[str]:
+    """A server whose ReportStream is ``stream_call`` (nothing else): its address."""
     from concurrent import futures
 
+    srv = grpc.server(futures.ThreadPoolExecutor(4))
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        SERVICE, {"ReportStream": grpc.stream_stream_rpc_method_handler(stream_call)}),))
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        srv.stop(None)
+
+
+def test_a_stream_that_does_not_answer_in_time_is_dropped_and_the_next_report_opens_another() -> None:
     opened: list[int] = []
     hold = threading.Event()
 
@@ -162,44 +173,26 @@ def test_a_stream_that_does_not_answer_in_time_is_dropped_and_the_next_report_op
             md = dict(auth.metadata(SECRET, REPORT_STREAM + "#reply", time.time(), out))
             yield pb.SignedMessage(body=out, time=md[auth.TIME_KEY], mac=md[auth.SIGNATURE_KEY]).SerializeToString()
 
-    srv = grpc.server(futures.ThreadPoolExecutor(4))
-    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        SERVICE, {"ReportStream": grpc.stream_stream_rpc_method_handler(stream_call)}),))
-    port = srv.add_insecure_port("127.0.0.1:0")
-    srv.start()
-    try:
-        with ControllerClient(f"127.0.0.1:{port}", SECRET, timeout_s=0.5) as client:
-            t0 = time.monotonic()
-            with pytest.raises(RpcFailure) as info:
-                client.report(report(), known_jobs={"j1"})
-            assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - t0 < 3
-            hold.set()
-            assert client.report(report(), known_jobs={"j1"}).epoch == 7  # on a new stream
-        assert len(opened) == 2
-    finally:
-        srv.stop(None)
+    with stream_server(stream_call) as address, ControllerClient(address, SECRET, timeout_s=0.5) as client:
+        t0 = time.monotonic()
+        with pytest.raises(RpcFailure) as info:
+            client.report(report(), known_jobs={"j1"})
+        assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - t0 < 3
+        hold.set()
+        assert client.report(report(), known_jobs={"j1"}).epoch == 7  # on a new stream
+    assert len(opened) == 2
 
 
 def test_a_reply_with_a_bad_signature_is_refused_and_the_stream_dropped() -> None:
-    from concurrent import futures
-
     def stream_call(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         for _ in requests:
             yield pb.SignedMessage(body=b'{"v":1}', time=f"{time.time():.6f}", mac="00" * 32).SerializeToString()
 
-    srv = grpc.server(futures.ThreadPoolExecutor(4))
-    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        SERVICE, {"ReportStream": grpc.stream_stream_rpc_method_handler(stream_call)}),))
-    port = srv.add_insecure_port("127.0.0.1:0")
-    srv.start()
-    try:
-        with ControllerClient(f"127.0.0.1:{port}", SECRET, timeout_s=2) as client:
-            with pytest.raises(RpcFailure) as info:
-                client.report(report(), known_jobs={"j1"})
-            assert info.value.code is None and "signature does not match" in str(info.value)
-            assert client._stream is not None and client._stream._call is None  # dropped
-    finally:
-        srv.stop(None)
+    with stream_server(stream_call) as address, ControllerClient(address, SECRET, timeout_s=2) as client:
+        with pytest.raises(RpcFailure) as info:
+            client.report(report(), known_jobs={"j1"})
+        assert info.value.code is None and "signature does not match" in str(info.value)
+        assert client._stream is not None and client._stream._call is None  # dropped
 
 
 def test_a_late_reply_of_a_dropped_stream_never_answers_the_next_report() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -36,14 +37,21 @@ class RecordingHandler:
         return {"reports": len(self.reports)}
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[RecordingHandler, str]]:
+@contextlib.contextmanager
+def serving() -> Iterator[tuple[RecordingHandler, str]]:
+    """The real server on loopback with a RecordingHandler: (handler, address)."""
     handler = RecordingHandler()
     srv, port = serve(handler, "127.0.0.1:0", SECRET, max_message_bytes=64 * 1024)
     try:
         yield handler, f"127.0.0.1:{port}"
     finally:
         srv.stop(grace=None)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[RecordingHandler, str]]:
+    with serving() as served:
+        yield served
 
 
 def report(host: str = "h1", iterations: int = 3, run: str = "00112233aabbccdd", seq: int = 1) -> Report:
