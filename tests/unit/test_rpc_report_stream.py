@@ -66,20 +66,24 @@ def test_reports_on_one_stream_are_answered_in_order_each_reply_signed(server: t
                     {auth.TIME_KEY: replies[0].time, auth.SIGNATURE_KEY: replies[0].mac}, time.time())
 
 
-@pytest.mark.parametrize("message, code, text", [
-    (signed(body(1), b"wrong-secret-0123456789"), grpc.StatusCode.UNAUTHENTICATED, "signature does not match"),
-    (signed(body(1), None), grpc.StatusCode.UNAUTHENTICATED, "missing x-leveller-mac"),
-    (signed(body(1), method=REPORT), grpc.StatusCode.UNAUTHENTICATED, "signature does not match"),  # a unary signature
-    (signed(body(1), at=time.time() - 3600), grpc.StatusCode.UNAUTHENTICATED, "from this host's clock"),
-    (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a leveller.v1.SignedMessage"),
-    (signed(body(1).replace(b'"dport":47000', b'"dport":70000')), grpc.StatusCode.INVALID_ARGUMENT,
+# each message is signed when the test runs (signed at collection, it would be stale 300 s into a long session)
+REFUSED: list[tuple[Callable[[], bytes], grpc.StatusCode, str]] = [
+    (lambda: signed(body(1), b"wrong-secret-0123456789"), grpc.StatusCode.UNAUTHENTICATED, "signature does not match"),
+    (lambda: signed(body(1), None), grpc.StatusCode.UNAUTHENTICATED, "missing x-leveller-mac"),
+    (lambda: signed(body(1), method=REPORT), grpc.StatusCode.UNAUTHENTICATED, "signature does not match"),  # unary's
+    (lambda: signed(body(1), at=time.time() - 3600), grpc.StatusCode.UNAUTHENTICATED, "from this host's clock"),
+    (lambda: b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a leveller.v1.SignedMessage"),
+    (lambda: signed(body(1).replace(b'"dport":47000', b'"dport":70000')), grpc.StatusCode.INVALID_ARGUMENT,
      "flows[0].dport"),
-    (signed(body(1, host="bad")), grpc.StatusCode.INVALID_ARGUMENT, "'bad' is refused"),
-])
+    (lambda: signed(body(1, host="bad")), grpc.StatusCode.INVALID_ARGUMENT, "'bad' is refused"),
+]
+
+
+@pytest.mark.parametrize("message, code, text", REFUSED)
 def test_a_refused_message_ends_the_stream_with_its_status_and_changes_nothing(
-        server: tuple[RecordingHandler, str], message: bytes, code: grpc.StatusCode, text: str) -> None:
+        server: tuple[RecordingHandler, str], message: Callable[[], bytes], code: grpc.StatusCode, text: str) -> None:
     handler, address = server
-    replies, got, details = exchange(address, [signed(body(1)), message, signed(body(3))])
+    replies, got, details = exchange(address, [signed(body(1)), message(), signed(body(3))])
     assert (len(replies), got) == (1, code) and text in details
     assert len(handler.reports) == 1  # the first report only: the refused one and the one after changed nothing
 
