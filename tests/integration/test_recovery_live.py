@@ -7,8 +7,8 @@ How long cumulative R keeps j1 first depends on the gap of R the flood left, whi
 machine's load: j1 held the top level 12.5 s after the flood in one run and the whole 30 s left in
 another (both under two CPU burners; the crossing would be about 2 x 10 s x R after a 10 s flood in the
 fluid model). So the cumulative run is checked over the 10 s after the flood (j1 first in every
-decision measured there), the decayed one over 10-25 s after it, where it alternates (j1 first in
-0.56-0.70 of the decisions, half-life 5 s and 2 s)."""
+decision measured there), the decayed one over 8-18 s after it, where it alternates (j1 first in
+0.59-0.70 of the decisions measured there, half-life 5 s and 2 s)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_cumulative_r_repays_the_deficit_decayed_r_forgets_it() -> None:
     from pyroute2 import netns
 
     name = "rc" + uuid.uuid4().hex[:8]
-    setup = LiveRecoverySetup(at_s=20.0, seconds=10.0, run_s=60.0, warmup_s=8.0, alone_s=6.0)
+    setup = LiveRecoverySetup(at_s=20.0, seconds=10.0, run_s=50.0, warmup_s=8.0, alone_s=6.0)
     runs, ideal = live_recovery([RateMode(), RateMode(half_life_s=5.0)], setup, name=name)
     rows = summary(runs)
     print(f"ideal {ideal}; " + "; ".join(f"{r['mode']}: steady {r['steady_min']:.3f}, starved iterations "
@@ -45,5 +45,5 @@ def test_cumulative_r_repays_the_deficit_decayed_r_forgets_it() -> None:
     _, end = cum.flood
     assert cum.top_share(STARVED_JOB, end + 1, end + 10) >= 0.9
     _, end = dec.flood
-    assert dec.top_share(STARVED_JOB, end + 10, end + 25) <= 0.75
+    assert dec.top_share(STARVED_JOB, end + 8, end + 18) <= 0.75
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]
