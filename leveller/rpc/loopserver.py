@@ -68,6 +68,25 @@ def stream_method(handler: MessageHandler) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(call)
 
 
+DRAIN_S = 2.0  # longest wait for the calls a stop cancelled to end (they take a few loop turns)
+
+
+async def _finish_calls(timeout_s: float) -> None:
+    """Let every call the server's stop ended run its last steps, then cancel what still runs.
+
+    ``grpc.aio.Server.stop`` returns while a cancelled stream's task still has a loop turn to go; a loop
+    closed under it leaves the task pending, and its collection prints "Task was destroyed but it is
+    pending!" and a GeneratorExit traceback later, into whatever runs then."""
+    me = asyncio.current_task()
+    for _ in range(2):  # wait, then cancel and wait again
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+
+
 class LoopServer:
     """grpc.aio.Server on a private event loop thread, plus a pool for blocking work."""
 
@@ -110,6 +129,7 @@ class LoopServer:
             if not self._stopped.is_set():
                 try:
                     self.run(self.server.stop(grace), timeout_s=(grace or 0) + 30)
+                    self.run(_finish_calls(DRAIN_S), timeout_s=2 * DRAIN_S + 5)
                 finally:
                     self._shutdown_loop()
                     self._stopped.set()
