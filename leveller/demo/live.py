@@ -74,11 +74,17 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "leveller.cli", *args]
 
 
+def stderr_path(out: Path) -> Path:
+    """Where a process whose stdout is ``out`` writes its stderr (``agent-h1.jsonl`` -> ``agent-h1.stderr``)."""
+    return out.with_suffix(".stderr")
+
+
 @contextlib.contextmanager
 def _process(argv: list[str], out: Path, work_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``argv`` with stdout/stderr in ``out``; on exit SIGINT (clean shutdown), then kill."""
-    with open(out, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    """Run ``argv`` with stdout in ``out`` and stderr beside it (gRPC's own log lines stay out of the
+    JSON lines: the agent's once broke a reader); on exit SIGINT (clean shutdown), then kill."""
+    with open(out, "wb") as fh, open(stderr_path(out), "wb") as err:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     record_pid(work_dir, proc.pid)
     try:
@@ -101,7 +107,9 @@ def _wait_for(what: str, ready: Callable[[], bool], procs: Sequence[subprocess.P
             return
         for p, out in zip(procs, outputs):
             if p.poll() is not None:
-                raise RuntimeError(f"{what}: a process exited ({p.returncode}): {out.read_text()[-800:]}")
+                err = stderr_path(out)
+                tail = (out.read_text() + (err.read_text() if err.exists() else ""))[-800:]
+                raise RuntimeError(f"{what}: a process exited ({p.returncode}): {tail}")
         time.sleep(0.1)
     raise RuntimeError(f"{what}: not ready after {timeout:.0f} s")
 
