@@ -40,7 +40,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: setup lint
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=25
 
 # The live suite three times, each under two CPU burners (about 50 minutes; not part of `make test`)
 test-under-load: setup

@@ -15,7 +15,7 @@ trap 'stop_burners; exit 130' INT TERM
 for i in $(seq 1 "$runs"); do
   for _ in $(seq 1 "$burners"); do yes > /dev/null & burn+=($!); done
   start=$(date +%s)
-  LEVELLER_REQUIRE_PRIVILEGED=1 timeout 3600 "$py" -m pytest -q -ra -p no:cacheprovider tests/integration \
+  LEVELLER_REQUIRE_PRIVILEGED=1 timeout 3600 "$py" -m pytest -q -ra --durations=30 -p no:cacheprovider tests/integration \
     > ".under-load/run$i.log" 2>&1
   rc=$?
   stop_burners
