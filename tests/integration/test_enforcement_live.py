@@ -97,6 +97,7 @@ class Breaker:
             while time.time() < deadline and self.mismatches():
                 time.sleep(0.2)
             self.times["cleared"] = time.time()
+            self.seen["cleared_in_status"] = not self.mismatches()
         except BaseException as exc:  # reported by the test
             self.errors.append(exc)
 
@@ -149,7 +150,10 @@ def test_a_wrong_dscp_map_on_one_port_is_named_within_three_tau_and_clears(tmp_p
     assert f"ENFORCEMENT MISMATCH switch {SWITCH} port {PORT_NO} level {TOP}" in breaker.seen["text"]
     assert f'leveller_enforcement_mismatch{{level="{TOP}",port="{PORT_NO}",switch="{SWITCH}"}} 1.0' \
         in breaker.seen["metrics"]
-    # restored: cleared, and nothing raised again until the end
-    assert t["cleared"] - t["restore"] <= 3 * TAU + 1
+    # restored: cleared within 3 tau + 1 s in the decisions (the controller's own clock; the status poll's
+    # time adds a `leveller status` start-up per poll: 4.04 s under two CPU burners where the decisions had
+    # it cleared after 1.92 s), status shows it cleared, and nothing raised again until the end
+    assert cleared - t["restore"] <= 3 * TAU + 1, cleared - t["restore"]
+    assert breaker.seen["cleared_in_status"]
     assert not [x for tt, x in by_t if tt > t["cleared"] + 0.5 and x]
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]
