@@ -48,6 +48,9 @@ class LevellerApp(app_manager.OSKenApp):
         self.port_names: dict[int, dict[int, str]] = {}
         self.queue_stats: dict[tuple[int, int, int], dict[str, Any]] = {}
         self.classified: dict[str, bool] = {}  # tc mode: port -> its DSCP classifier was in place at the last check
+        # one check of the classifiers at a time: a port's reply and the poll loop both check, and two
+        # reinstalls of one port interleaved (each flushes, then adds) left it with 11 rules instead of 6
+        self._tc_lock = hub.Semaphore(1)
 
     def start(self) -> Any:
         thread = super().start()
@@ -116,11 +119,12 @@ class LevellerApp(app_manager.OSKenApp):
     def _keep_classifiers(self, dpid: int) -> None:
         if self.cfg.queue_mode != "tc":
             return
-        for _port_no, name in sorted(self.port_names.get(dpid, {}).items()):
-            found = tcmap.ensure_filters(name, self.cfg.level_map)
-            self.classified[name] = found != tcmap.NO_QDISC
-            if found == tcmap.INSTALLED:
-                LOG.info("DSCP classifier installed on %s", name)
+        with self._tc_lock:
+            for _port_no, name in sorted(self.port_names.get(dpid, {}).items()):
+                found = tcmap.ensure_filters(name, self.cfg.level_map)
+                self.classified[name] = found != tcmap.NO_QDISC
+                if found == tcmap.INSTALLED:
+                    LOG.info("DSCP classifier installed on %s", name)
 
     def queues_ready(self) -> tuple[bool, list[str]]:
         """(ready, what is missing): every connected switch's ports known and, in tc mode, each with its

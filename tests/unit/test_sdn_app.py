@@ -202,3 +202,31 @@ def test_poll_loop_asks_every_switch_for_queue_stats_and_survives_a_broken_one(
     assert len(requests) == 2  # one per round, although the switch before it failed each time
     assert requests[0].port_no == ofp.OFPP_ANY and requests[0].queue_id == ofp.OFPQ_ALL
     assert sleeps == [app.cfg.poll_interval] * 2
+
+
+def test_two_checks_of_the_classifiers_never_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port's reply and the poll loop both check the classifiers, each in its own green thread; a
+    check runs tc (a green subprocess: other threads run meanwhile). Two reinstalls of one port that
+    interleave each flush and add, and left a switch port with 11 rules instead of 6 (a live run)."""
+    from os_ken.lib import hub
+
+    inside: list[str] = []
+    overlaps: list[tuple[str, ...]] = []
+
+    def ensure(name: str, lm: LevelMap) -> str:
+        inside.append(name)
+        if len(inside) > 1:
+            overlaps.append(tuple(inside))
+        hub.sleep(0.01)  # tc runs: the hub switches to the other thread
+        inside.remove(name)
+        return app_module.tcmap.INSTALLED
+
+    monkeypatch.setattr(app_module.tcmap, "ensure_filters", ensure)
+    app = make_app("tc")
+    dp = connected(app, LEAF1)[LEAF1]
+    app.port_names[LEAF1] = {1: "leaf1-p1", 2: "leaf1-p2"}
+    threads = [hub.spawn(port_desc, app, dp, [(1, b"leaf1-p1"), (2, b"leaf1-p2")]),
+               hub.spawn(app._keep_classifiers, LEAF1)]
+    hub.joinall(threads)
+    assert overlaps == []
+    assert app.classified == {"leaf1-p1": True, "leaf1-p2": True}
