@@ -17,6 +17,7 @@ from leveller.demo.chaos import marker_programs
 from tests.integration.support import demo_leftovers
 
 pytestmark = pytest.mark.privileged
+RECOVERY_S = {"controller": 6.0, "agent:h1": 8.0}  # longest wait, from the restart, for everything to be back
 
 
 def test_short_chaos_recovers_from_each_fault_without_stale_marks_and_leaves_nothing(tmp_path: Path) -> None:
@@ -33,8 +34,10 @@ def test_short_chaos_recovers_from_each_fault_without_stale_marks_and_leaves_not
     assert [f["fault"] for f in doc["faults"]] == ["controller", "agent:h1"]
     for f in doc["faults"]:
         assert 2.5 < f["down_s"] < 4.0, f
-        # back within a few seconds: decisions, both jobs iterating, marks on the wire
-        assert f["recovered_s"] is not None and f["recovered_s"] < 6.0, f
+        # back within a few seconds: decisions, both jobs iterating, marks on the wire. The agent's marks
+        # come back once it has started again (Python, the BPF program compiled and attached) and its
+        # host's job next holds the top level: 3.0 s quiet, 4.85-6.22 s in three runs under two CPU burners
+        assert f["recovered_s"] is not None and f["recovered_s"] < RECOVERY_S[f["fault"]], f
         assert f["outage_s"] == pytest.approx(f["down_s"] + f["recovered_s"], abs=0.05)
     assert doc["stale_marks"] == [] and doc["marked_packets_seen"] and doc["packets"] > 10_000
     assert doc["fault_errors"] == []
