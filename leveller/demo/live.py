@@ -188,7 +188,8 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
                port: int | None = None, declare_ideal: bool = True,
                compute_changes: Mapping[str, tuple[tuple[float, float], ...]] | None = None) -> RunOutput:
     """One run of ``jobs`` under ``policy`` with the whole system live; R measured from the logs.
-    The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``.
+    The agents' JSON lines (flow byte counters over time) are in ``<work>/<tag>/agent-<host>.jsonl``, their
+    stderr in ``agent-<host>.stderr`` (the controller's: ``controller.jsonl``, ``controller.stderr``).
     ``background()`` is entered just before the jobs start and left after they end (e.g. traffic that
     disturbs them); ``controller_args`` go to `leveller controller` (listening on ``port``, default a
     free one); without ``declare_ideal`` the agents declare no ideal time (the controller profiles the
