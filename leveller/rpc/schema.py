@@ -286,8 +286,8 @@ class ReportDecoder:
             return None
         inner = body[len(_FLOWS_HEAD):end]
         try:  # everything but the flow entries, through the strict codec and the field checks
-            rest = loads(b'{"flows":[]' + body[end + 1:], self.max_bytes)
-            by_dscp = rest.pop(DSCP_FIELD, None) if type(rest) is dict else None
+            rest = loads(b'{"flows":[]' + body[end + 1:], self.max_bytes)  # starts with '{': an object or an error
+            by_dscp = rest.pop(DSCP_FIELD, None)
             head = report_from_wire(rest)
         except SchemaError:
             return None
