@@ -317,9 +317,9 @@ class ReportDecoder:
     def _remember(self, body: bytes, report: Report) -> None:
         """Remember the entries of a report that passed the full checks, if its body has the codec's layout."""
         split = _split_flows(body)
-        if split is None or len(split[2]) != len(report.flows):  # another layout: nothing to remember
+        if split is None or len(split[1]) != len(report.flows):  # another layout: nothing to remember
             return
-        _, digits, texts = split
+        digits, texts = split
         nbytes = _byte_counts(digits)
         if nbytes is None or nbytes != [f.bytes for f in report.flows]:
             return
@@ -398,9 +398,9 @@ _SECOND = operator.itemgetter(1)
 _KEY_JOB = operator.itemgetter(0, 1)
 
 
-def _split_flows(body: bytes) -> tuple[bytes, list[bytes], list[bytes]] | None:
-    """For a body in the codec's layout, ``{"flows":[{"bytes":D,T},...]<tail>``: (tail, the D, the T),
-    split at the first ``]`` and at every ``},{"bytes":``; None for any other shape. The split is exact
+def _split_flows(body: bytes) -> tuple[list[bytes], list[bytes]] | None:
+    """For a body in the codec's layout, ``{"flows":[{"bytes":D,T},...]<tail>``: (the D, the T), the list
+    cut at the first ``]`` and split at every ``},{"bytes":``; None for any other shape. The split is exact
     for a valid report (no ``{ } [ ] ,`` inside its entries' strings), and only texts remembered from
     one are ever trusted: any other T sends the report to the full checks."""
     if not body.startswith(_FLOWS_HEAD):
@@ -408,8 +408,7 @@ def _split_flows(body: bytes) -> tuple[bytes, list[bytes], list[bytes]] | None:
     end = body.find(b"]", len(_FLOWS_HEAD))
     if end < 0:
         return None
-    split = _split_entries(body[len(_FLOWS_HEAD):end])
-    return None if split is None else (body[end + 1:], *split)
+    return _split_entries(body[len(_FLOWS_HEAD):end])
 
 
 def _split_entries(inner: bytes) -> tuple[list[bytes], list[bytes]] | None:
