@@ -279,10 +279,8 @@ class ReportDecoder:
         return report
 
     def _fast(self, body: bytes) -> Report | None:
-        if not body.startswith(_FLOWS_HEAD):
-            return None
-        end = body.find(b"]", len(_FLOWS_HEAD))
-        if end < 0:
+        end = _flows_end(body)
+        if end is None:
             return None
         inner = body[len(_FLOWS_HEAD):end]
         try:  # everything but the flow entries, through the strict codec and the field checks
@@ -403,12 +401,17 @@ def _split_flows(body: bytes) -> tuple[list[bytes], list[bytes]] | None:
     cut at the first ``]`` and split at every ``},{"bytes":``; None for any other shape. The split is exact
     for a valid report (no ``{ } [ ] ,`` inside its entries' strings), and only texts remembered from
     one are ever trusted: any other T sends the report to the full checks."""
+    end = _flows_end(body)
+    return None if end is None else _split_entries(body[len(_FLOWS_HEAD):end])
+
+
+def _flows_end(body: bytes) -> int | None:
+    """Where the flow list of a body that starts with ``{"flows":[`` ends (its first ``]``); None for any
+    other body."""
     if not body.startswith(_FLOWS_HEAD):
         return None
     end = body.find(b"]", len(_FLOWS_HEAD))
-    if end < 0:
-        return None
-    return _split_entries(body[len(_FLOWS_HEAD):end])
+    return None if end < 0 else end
 
 
 def _split_entries(inner: bytes) -> tuple[list[bytes], list[bytes]] | None:
