@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -31,9 +32,11 @@ def _marked(mark: str) -> list[int]:
     return pids
 
 
-def _our_programs() -> int:
+def _our_programs() -> set[int]:
+    """Ids of the loaded BPF programs named leveller_egress. By id, not a count: a program of an earlier
+    test's agent may still be being freed by the kernel when this test starts, and be gone at its end."""
     out = subprocess.run(["bpftool", "prog", "show", "name", "leveller_egress"], capture_output=True, text=True)
-    return sum(1 for line in out.stdout.splitlines() if "leveller_egress" in line)
+    return {int(m[1]) for m in re.finditer(r"^(\d+): .*\bname leveller_egress\b", out.stdout, re.M)}
 
 
 @pytest.mark.timeout(240)
@@ -60,7 +63,7 @@ def test_bench_controller_json_contract_and_cleanup() -> None:
     assert isinstance(a["missed_steps"], int) and a["missed_steps"] >= 0
     assert set(res["map_update_ms"]) == {"10000"} and res["map_update_ms"]["10000"] > 0
     assert _marked(mark.split("=")[1]) == []  # no emulated agent or decision process outlived it
-    assert _our_programs() == programs  # the BPF program it loaded is gone
+    assert _our_programs() - programs == set()  # the BPF program it loaded is gone
 
 
 def test_bad_arguments_are_user_errors() -> None:
