@@ -314,15 +314,18 @@ class ReportDecoder:
 
     def _remember(self, body: bytes, report: Report) -> None:
         """Remember the entries of a report that passed the full checks, if its body has the codec's layout."""
-        split = _split_flows(body)
-        if split is None or len(split[1]) != len(report.flows):  # another layout: nothing to remember
+        end = _flows_end(body)
+        if end is None:  # another layout: nothing to remember
+            return
+        inner = body[len(_FLOWS_HEAD):end]
+        split = _split_entries(inner)
+        if split is None or len(split[1]) != len(report.flows):
             return
         digits, texts = split
         nbytes = _byte_counts(digits)
         if nbytes is None or nbytes != [f.bytes for f in report.flows]:
             return
-        known = _Known(dict(zip(texts, map(_KEY_JOB, report.flows))),
-                       _order(body[len(_FLOWS_HEAD):body.index(b"]")], report.flows))
+        known = _Known(dict(zip(texts, map(_KEY_JOB, report.flows))), _order(inner, report.flows))
         with self._lock:
             old = self._hosts.pop(report.host, None)
             self._entries += len(known.texts) - (len(old.texts) if old else 0)
@@ -396,15 +399,6 @@ _SECOND = operator.itemgetter(1)
 _KEY_JOB = operator.itemgetter(0, 1)
 
 
-def _split_flows(body: bytes) -> tuple[list[bytes], list[bytes]] | None:
-    """For a body in the codec's layout, ``{"flows":[{"bytes":D,T},...]<tail>``: (the D, the T), the list
-    cut at the first ``]`` and split at every ``},{"bytes":``; None for any other shape. The split is exact
-    for a valid report (no ``{ } [ ] ,`` inside its entries' strings), and only texts remembered from
-    one are ever trusted: any other T sends the report to the full checks."""
-    end = _flows_end(body)
-    return None if end is None else _split_entries(body[len(_FLOWS_HEAD):end])
-
-
 def _flows_end(body: bytes) -> int | None:
     """Where the flow list of a body that starts with ``{"flows":[`` ends (its first ``]``); None for any
     other body."""
@@ -415,7 +409,10 @@ def _flows_end(body: bytes) -> int | None:
 
 
 def _split_entries(inner: bytes) -> tuple[list[bytes], list[bytes]] | None:
-    """The D and the T of a flow list ``{"bytes":D,T},...`` (between ``[`` and ``]``); see _split_flows."""
+    """The D and the T of a flow list in the codec's layout, ``{"bytes":D,T},...`` (between ``[`` and ``]``),
+    split at every ``},{"bytes":``; None for any other shape. The split is exact for a valid report (no
+    ``{ } [ ] ,`` inside its entries' strings), and only texts remembered from one are ever trusted: any
+    other T sends the report to the full checks."""
     if not inner:
         return [], []
     if not (inner.startswith(_ENTRY_HEAD) and inner.endswith(b"}")):

@@ -309,6 +309,13 @@ def test_a_changed_entry_head_or_another_layout_takes_the_full_checks() -> None:
     assert outcome(dec, bad)[:2] == ("error", "flows[0].bytez")
     spaced = json.dumps(json.loads(body_of(host="h2")), indent=1).encode()
     assert dec(spaced) == dec(spaced) == report_from_wire(decode(spaced)) and dec.fast == 0
+    # the flows first, as the codec puts them, but each entry's keys in another order
+    msg = json.loads(body_of(host="h3"))
+    entries = [{"dport": e["dport"], **{k: v for k, v in e.items() if k != "dport"}} for e in msg["flows"]]
+    reordered = json.dumps({"flows": entries, **{k: v for k, v in msg.items() if k != "flows"}},
+                           separators=(",", ":")).encode()
+    assert reordered.startswith(b'{"flows":[{"dport":')
+    assert dec(reordered) == dec(reordered) == report_from_wire(decode(reordered)) and dec.fast == 0
 
 
 def test_memory_forgets_the_least_recently_reporting_host() -> None:
