@@ -11,7 +11,11 @@ may use them). Unmarked traffic (DSCP 0) therefore lands at level 0.
 
 Queues are strict priority: OVS queue q is HTB class 1:(q+1) with kernel HTB
 priority K-1-q (0 is served first), a small guaranteed rate and the link rate as
-ceiling, so a higher queue takes all the bandwidth it can use.
+ceiling, so a higher queue takes all the bandwidth it can use. Each queue may
+send a burst of HTB_BURST_S of the link rate: HTB keeps at most a burst of
+tokens, so a dequeue that comes late (a busy or virtualised CPU's timer) loses
+the link time beyond it for good; with one MTU (OVS's default) a loaded machine
+delivers visibly less than the link rate.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from leveller.model.errors import UserError
 from leveller.model.limits import MAX_LEVELS
 
 DEFAULT_DSCP = (0, 8, 16, 24, 32, 40, 10, 18)
+HTB_BURST_S = 0.01  # a queue's burst, in seconds of its ceiling rate
 RESERVED_DSCP = (46, 48, 56)
 
 
@@ -85,13 +90,15 @@ class QueueConfig:
     htb_priority: int
     min_rate_bps: int
     max_rate_bps: int | None  # None: the port's own rate (OVS: link rate of a physical port)
+    burst_bits: int | None = None  # None: the switch's default (OVS: one MTU)
 
 
 def queue_configs(levels: int, rate_mbps: float | None) -> list[QueueConfig]:
     """Strict-priority HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given)."""
     max_bps = None if rate_mbps is None else int(rate_mbps * 1e6)
     min_bps = max(12_000, (max_bps or 0) // 1000)
-    return [QueueConfig(q, levels - 1 - q, min_bps, max_bps) for q in range(levels)]
+    burst = None if max_bps is None else int(max_bps * HTB_BURST_S)
+    return [QueueConfig(q, levels - 1 - q, min_bps, max_bps, burst) for q in range(levels)]
 
 
 def dscp_levels(level_map: LevelMap) -> tuple[int, ...]:
@@ -104,6 +111,13 @@ def dscp_levels(level_map: LevelMap) -> tuple[int, ...]:
 def htb_classid(queue: int) -> str:
     """OVS linux-htb queue q is kernel HTB class 1:(q+1) (hex minor)."""
     return f"1:{queue + 1:x}"
+
+
+def htb_root_burst(dev: str, rate: str, burst_bytes: int, mpu: int = 60) -> list[str]:
+    """The `tc` argv giving the HTB root class 1:fffe of `dev` (OVS linux-htb's; its rate and ceiling
+    `rate`, in tc's syntax) a burst of `burst_bytes`: OVS sets one MTU there and has no setting for it."""
+    return ["tc", "class", "change", "dev", dev, "parent", "1:", "classid", "1:fffe", "htb", "rate", rate,
+            "ceil", rate, "burst", str(burst_bytes), "cburst", str(burst_bytes), "mpu", str(mpu)]
 
 
 def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:

@@ -21,7 +21,15 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from leveller.core.qos import LevelMap, QueueConfig, dscp_levels, htb_classid, queue_configs, tc_dscp_filters
+from leveller.core.qos import (
+    LevelMap,
+    QueueConfig,
+    dscp_levels,
+    htb_classid,
+    htb_root_burst,
+    queue_configs,
+    tc_dscp_filters,
+)
 from leveller.model.errors import UserError
 
 QUEUE_MODES = ("set_queue", "tc")
@@ -53,6 +61,8 @@ def port_qos_args(port: str, queues: Sequence[QueueConfig], ref: str) -> list[st
         args += ["--", f"--id={qos}_{q.queue}", "create", "Queue", f"other-config:min-rate={q.min_rate_bps}"]
         if q.max_rate_bps is not None:
             args.append(f"other-config:max-rate={q.max_rate_bps}")
+        if q.burst_bits is not None:
+            args.append(f"other-config:burst={q.burst_bits}")
         args.append(f"other-config:priority={q.htb_priority}")
     return args
 
@@ -88,6 +98,8 @@ def commands(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | Non
             first, *adds = tc_dscp_filters(p, level_map)
             out.append(Command(tuple(first), check=False))
             out += [Command(tuple(a)) for a in adds]
+            if queues[0].burst_bits is not None and queues[0].max_rate_bps is not None:
+                out.append(Command(tuple(htb_root_burst(p, f"{queues[0].max_rate_bps}bit", queues[0].burst_bits // 8))))
     return out
 
 
@@ -119,8 +131,10 @@ def script(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | None,
                   "connects"]
     else:
         lines += ["# 2. DSCP -> queue: tc u32 classifiers on the HTB OVS created (the userspace datapath ignores",
-                  "#    set_queue); OVS rebuilds the qdisc when ovs-vswitchd restarts: `leveller sdn --queue-mode tc`",
-                  "#    re-adds them every second, else run this part again"]
+                  "#    set_queue), and the HTB root's burst widened to the queues' (OVS gives it one MTU: a late",
+                  "#    dequeue would lose link time); OVS rebuilds the qdisc when ovs-vswitchd restarts and resets",
+                  "#    the root's burst on every reconfiguration: `leveller sdn --queue-mode tc` redoes both every",
+                  "#    second, else run this part again"]
     for c in cmds:
         if c.argv[0] != "ovs-vsctl":
             lines.append(shlex.join(c.argv) + ("" if c.check else " 2>/dev/null || true"))

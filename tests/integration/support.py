@@ -189,6 +189,25 @@ def run_pair(tb: Any, tos_a: int, tos_b: int, seconds: int = 8, window: tuple[fl
                 p.wait()
 
 
+def assert_top_takes_the_link(top: float, bottom: float, bottleneck: float, floor: float = 0.7) -> None:
+    """Strict priority on a ``bottleneck`` Mbit/s link: the bottom flow is starved (under a tenth of the top
+    one's rate) while the top one carries most of the link (``floor``). Without the queue mapping both get
+    about half; without forwarding, nothing. ``floor`` is not the quiet figure (0.95): a loaded CI machine
+    delivered 0.74-0.78 of the link to the top flow (the bottom one at 0.01) before the HTB root's burst
+    was widened (sdn.tcmap)."""
+    assert top >= floor * bottleneck and bottom <= 0.1 * top, (top, bottom)
+
+
+def root_burst(tb: Any, port: str = "s1-p1") -> int:
+    """The burst (bytes) of a switch port's HTB root class, the one OVS sets to one MTU."""
+    from sdn.tcmap import ROOT_CLASS, parse_htb_classes
+
+    out = subprocess.run(["ip", "netns", "exec", tb.state.switch_netns, "tc", "-d", "class", "show", "dev", port],
+                         capture_output=True, text=True, check=True).stdout
+    root = parse_htb_classes(out)[ROOT_CLASS]
+    return min(root.burst, root.cburst)
+
+
 @contextlib.contextmanager
 def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
                      sdn_args: tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:

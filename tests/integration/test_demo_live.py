@@ -25,9 +25,10 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:
     crux, lev = by["crux"], by["leveller"]
     print(f"ideal {ideal}; crux {crux.rates}; leveller {lev.rates} ({lev.switches} top-job changes)")
     # profiled alone: the model's C+M (0.5 s and 0.75 s at 0.25 s per unit) plus a little TCP (quiet:
-    # 0.52-0.53 and 0.78-0.79; under two CPU burners 0.552 and 0.833); a profile taken while the other job
-    # ran, or of the wrong job, would be far off (1:1 beside 1:2 under fair sharing: about 0.67)
-    assert 0.5 <= ideal["1:1"] < 0.6 and 0.75 <= ideal["1:2"] < 0.9
+    # 0.50-0.53 and 0.75-0.79; under two CPU burners 0.552 and 0.833), less up to the switch queues' burst
+    # (10 ms of the link sent at once after an idle compute phase: 0.496 / 0.746 quiet); a profile taken while
+    # the other job ran, or of the wrong job, would be far off (1:1 beside 1:2 under fair sharing: about 0.67)
+    assert 0.49 <= ideal["1:1"] < 0.6 and 0.74 <= ideal["1:2"] < 0.9
     # Crux: static priority for job 1 (higher GPU intensity); job 2 waits behind it
     assert crux.switches == 0 and crux.rates[0] > 0.8 and crux.rates[0] - crux.rates[1] > 0.2
     # LEVELLER: priorities follow R (many changes), both jobs near the 0.857 optimum. On a loaded

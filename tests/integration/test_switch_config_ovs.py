@@ -24,7 +24,7 @@ import pytest
 from leveller.core.qos import default_level_map
 from leveller.testbed.cluster import Testbed
 
-from .support import dumbbell_testbed, run_pair
+from .support import assert_top_takes_the_link, dumbbell_testbed, root_burst, run_pair
 
 pytestmark = pytest.mark.privileged
 BOTTLENECK = 50.0
@@ -75,10 +75,11 @@ def test_rendered_ovs_config_gives_strict_priority(bare_dumbbell):
     assert applied.returncode == 0, applied.stderr
     assert switch_netns_run(tb, ["tc", "filter", "show", "dev", port, "parent", "1:"]).stdout.count("flowid") \
         == 2 * LEVELS.levels  # IPv4 and IPv6 per level
+    assert root_burst(tb) == 62_500  # the HTB root's burst widened to the queues' (10 ms of 50 Mbit/s)
 
     a, b = run_pair(tb, TOP, BOTTOM)
     print(f"rendered config applied: A top {a:.1f} B bottom {b:.1f} Mbit/s")
-    assert a >= 0.85 * BOTTLENECK and b < 0.15 * BOTTLENECK
+    assert_top_takes_the_link(a, b, BOTTLENECK)
     a, b = run_pair(tb, BOTTOM, TOP)
     print(f"marks swapped: A bottom {a:.1f} B top {b:.1f} Mbit/s")
-    assert b >= 0.85 * BOTTLENECK and a < 0.15 * BOTTLENECK
+    assert_top_takes_the_link(b, a, BOTTLENECK)

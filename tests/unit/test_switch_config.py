@@ -23,6 +23,7 @@ from leveller.core.qos import (
     LevelMap,
     default_level_map,
     dscp_levels,
+    htb_root_burst,
     level_map_from_dict,
     queue_configs,
     tc_dscp_filters,
@@ -153,8 +154,17 @@ def test_ovs_uses_the_testbeds_own_commands():
         body = list(argv[1:])
         assert any(testbed[i:i + len(body)] == body for i in range(len(testbed)))
     tc = [list(c.argv) for c in cmds if c.argv[0] == "tc"]
-    assert tc == tc_dscp_filters("s1-p1", m) + tc_dscp_filters("s1-p2", m)  # what sdn/tcmap installs
-    assert [c.check for c in cmds if c.argv[0] == "tc"] == [False] + [True] * 8 + [False] + [True] * 8
+    # what sdn/tcmap installs: the classifiers, then the root class's burst widened to the queues' 10 ms
+    # of 50 Mbit/s (62,500 bytes; OVS leaves one MTU there)
+    assert tc == [*tc_dscp_filters("s1-p1", m), htb_root_burst("s1-p1", "50000000bit", 62_500),
+                  *tc_dscp_filters("s1-p2", m), htb_root_burst("s1-p2", "50000000bit", 62_500)]
+    assert [c.check for c in cmds if c.argv[0] == "tc"] == ([False] + [True] * 9) * 2
+    assert "other-config:burst=500000" in " ".join(vsctl[0])  # the queues' burst, in bits
+
+
+def test_ovs_leaves_bursts_to_the_switch_without_a_rate():
+    cmds = ovs.commands(default_level_map(2), ("eth1",), None, "tc", "br0")
+    assert not any("burst" in " ".join(c.argv) for c in cmds)
 
 
 def test_ovs_queue_rows_give_higher_levels_smaller_htb_priority():

@@ -11,11 +11,13 @@
 set -e
 
 # 1. strict-priority queues (OVSDB QoS linux-htb, ovs-vswitchd.conf.db(5)); ceiling: 50 Mbit/s
-ovs-vsctl -- set Port s1-p1 qos=@qos0 -- --id=@qos0 create QoS type=linux-htb other-config:max-rate=50000000 queues:0=@qos0_0 queues:1=@qos0_1 queues:2=@qos0_2 queues:3=@qos0_3 -- --id=@qos0_0 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:priority=3 -- --id=@qos0_1 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:priority=2 -- --id=@qos0_2 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:priority=1 -- --id=@qos0_3 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:priority=0
+ovs-vsctl -- set Port s1-p1 qos=@qos0 -- --id=@qos0 create QoS type=linux-htb other-config:max-rate=50000000 queues:0=@qos0_0 queues:1=@qos0_1 queues:2=@qos0_2 queues:3=@qos0_3 -- --id=@qos0_0 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:burst=500000 other-config:priority=3 -- --id=@qos0_1 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:burst=500000 other-config:priority=2 -- --id=@qos0_2 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:burst=500000 other-config:priority=1 -- --id=@qos0_3 create Queue other-config:min-rate=50000 other-config:max-rate=50000000 other-config:burst=500000 other-config:priority=0
 
 # 2. DSCP -> queue: tc u32 classifiers on the HTB OVS created (the userspace datapath ignores
-#    set_queue); OVS rebuilds the qdisc when ovs-vswitchd restarts: `leveller sdn --queue-mode tc`
-#    re-adds them every second, else run this part again
+#    set_queue), and the HTB root's burst widened to the queues' (OVS gives it one MTU: a late
+#    dequeue would lose link time); OVS rebuilds the qdisc when ovs-vswitchd restarts and resets
+#    the root's burst on every reconfiguration: `leveller sdn --queue-mode tc` redoes both every
+#    second, else run this part again
 tc filter del dev s1-p1 parent 1: 2>/dev/null || true
 tc filter add dev s1-p1 parent 1: protocol ip prio 1 u32 match ip dsfield 0x00 0xfc flowid 1:1
 tc filter add dev s1-p1 parent 1: protocol ip prio 2 u32 match ip dsfield 0x20 0xfc flowid 1:2
@@ -25,3 +27,4 @@ tc filter add dev s1-p1 parent 1: protocol ipv6 prio 5 u32 match ip6 priority 0x
 tc filter add dev s1-p1 parent 1: protocol ipv6 prio 6 u32 match ip6 priority 0x20 0xfc flowid 1:2
 tc filter add dev s1-p1 parent 1: protocol ipv6 prio 7 u32 match ip6 priority 0x40 0xfc flowid 1:3
 tc filter add dev s1-p1 parent 1: protocol ipv6 prio 8 u32 match ip6 priority 0x60 0xfc flowid 1:4
+tc class change dev s1-p1 parent 1: classid 1:fffe htb rate 50000000bit ceil 50000000bit burst 62500 cburst 62500 mpu 60
