@@ -6,7 +6,9 @@ policy does that); jobs waiting for their turn to be profiled have no ideal
 time yet and count as R = 0 (just started, least advanced). Flows whose path
 is unknown are put on one shared pseudo-link, so they contend with each other
 but with no known flow. Flows are numpy rows of a FlowSnapshot
-(leveller.controller.flowtable): no per-flow Python work in a decision.
+(leveller.controller.flowtable): no per-flow Python work in a decision. The
+flows of one job on one path get one level, so one of them per class is pruned
+(``flow_classes``): ring all-reduce channels share their paths.
 """
 
 from __future__ import annotations
@@ -148,9 +150,40 @@ def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pr
     if len(ranks) and ranks.min() < 0:
         missing = sorted({flows.job_names[j] for j in np.unique(flows.job[ranks < 0]).tolist()})
         raise ValueError(f"flows name jobs missing from the order: {missing}")
-    present = flows.path >= 0
-    rows = np.nonzero(present)[0]
-    return pruner(ranks, rows, flows.path[present], len(flows.link_names), k)
+    if flows.path_id is None or (len(flows) and flows.path_id.min() < 0):  # a row without an interned path
+        present = flows.path >= 0
+        return pruner(ranks, np.nonzero(present)[0], flows.path[present], len(flows.link_names), k)
+    reps, cls = flow_classes(flows.job, flows.path_id)
+    path = flows.path[reps]
+    present = path >= 0
+    return pruner(ranks[reps], np.nonzero(present)[0], path[present], len(flows.link_names), k)[cls]
+
+
+DENSE_KEYS = 8  # flow_classes counts classes in a table while it has at most this many slots per flow
+
+
+def flow_classes(job: np.ndarray, path_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of every class, the class of every row), where a class is the rows of one job on one path.
+
+    The pruning gives every row of a class the same level: they have one rank and one set of links, so
+    they are in one connected part in every round (or each alone, on no contended link, and then all
+    chosen), and a copy adds no job to any link and joins no links the first does not. So the controller
+    prunes one row per class and gives the rest its level: at 100,000 flows of the generated 1,024-GPU
+    cluster, 5,616 classes (ring channels share their paths)."""
+    n = len(job)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    paths = int(path_id.max()) + 1
+    key = job.astype(np.int64) * paths + path_id
+    slots = (int(job.max()) + 1) * paths
+    if slots > DENSE_KEYS * n + 65536:  # sparse keys: sort them
+        _, reps, cls = np.unique(key, return_index=True, return_inverse=True)
+        return reps, cls.reshape(-1)
+    rep = np.full(slots, -1, dtype=np.int64)
+    rep[key] = np.arange(n)  # any row of a class represents it: they all get one level
+    used = rep >= 0
+    index = np.cumsum(used) - 1
+    return rep[used], index[key]
 
 
 def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Policy, k: int, now: float,

@@ -60,6 +60,7 @@ class FlowSnapshot:
     job_names: Sequence[str]
     link_names: Sequence[str]
     generation: int = 0  # of the table's ids
+    path_id: np.ndarray | None = None  # interned path of each row: rows with the same links share an id
 
     def row(self, key: FlowKey) -> int | None:
         i = self.ids.get(key)
@@ -87,7 +88,8 @@ class HostFlows:
 
 
 class FlowTable:
-    """Flows by id: ``job`` (job id), ``refs`` (live hosts reporting it), ``path`` (link ids, -1 padded)."""
+    """Flows by id: ``job`` (job id), ``refs`` (live hosts reporting it), ``path`` (link ids, -1 padded),
+    ``path_id`` (the path interned: flows crossing the same links in the same order share it)."""
 
     def __init__(self, capacity: int = 1024, width: int = 4) -> None:
         self.keys: list[FlowKey] = []
@@ -98,6 +100,8 @@ class FlowTable:
         self.refs = np.zeros(capacity, dtype=np.int32)
         self.path = np.full((capacity, width), -1, dtype=np.int32)
         self.routed = np.zeros(capacity, dtype=bool)  # path asked and stored
+        self.path_id = np.full(capacity, -1, dtype=np.int32)
+        self.path_ids: dict[tuple[int, ...], int] = {}  # link ids of a path -> its id (append-only)
         self._hosts: dict[str, HostFlows] = {}  # host -> the flows of its last report
         self.generation = 0  # ids change at each compaction
 
@@ -153,8 +157,10 @@ class FlowTable:
         refs = np.zeros(capacity, dtype=np.int32)
         path = np.full((capacity, width), -1, dtype=np.int32)
         routed = np.zeros(capacity, dtype=bool)
+        path_id = np.full(capacity, -1, dtype=np.int32)
         job[:n], refs[:n], path[:n, :w], routed[:n] = self.job, self.refs, self.path, self.routed
-        self.job, self.refs, self.path, self.routed = job, refs, path, routed
+        path_id[:n] = self.path_id
+        self.job, self.refs, self.path, self.routed, self.path_id = job, refs, path, routed, path_id
 
     # ---- paths ---------------------------------------------------------------------------------
     def live(self) -> np.ndarray:
@@ -176,7 +182,9 @@ class FlowTable:
                 self._grow(len(self.job), len(names))
             row = self.path[i]
             row[:] = -1
-            row[:len(names)] = [self.links.id(n) for n in names]
+            link_ids = tuple(self.links.id(n) for n in names)
+            row[:len(names)] = link_ids
+            self.path_id[i] = self.path_ids.setdefault(link_ids, len(self.path_ids))
             self.routed[i] = True
 
     def snapshot(self, ids: np.ndarray) -> FlowSnapshot:
@@ -184,7 +192,7 @@ class FlowTable:
         row_by_id = np.full(len(self.keys), -1, dtype=np.int64)
         row_by_id[ids] = np.arange(len(ids))
         return FlowSnapshot(self.ids, self.keys, ids, row_by_id, self.job[ids], self.path[ids],
-                            self.jobs.ids, self.jobs.names, self.links.names, self.generation)
+                            self.jobs.ids, self.jobs.names, self.links.names, self.generation, self.path_id[ids])
 
     # ---- housekeeping --------------------------------------------------------------------------
     def compact(self) -> bool:
@@ -200,9 +208,11 @@ class FlowTable:
         job, refs = np.full(capacity, -1, dtype=np.int32), np.zeros(capacity, dtype=np.int32)
         path = np.full((capacity, self.path.shape[1]), -1, dtype=np.int32)
         routed = np.zeros(capacity, dtype=bool)
+        path_id = np.full(capacity, -1, dtype=np.int32)
         job[:n], refs[:n], path[:n], routed[:n] = self.job[live], self.refs[live], self.path[live], self.routed[live]
+        path_id[:n] = self.path_id[live]
         self.keys, self.ids = keys, {k: i for i, k in enumerate(keys)}
-        self.job, self.refs, self.path, self.routed = job, refs, path, routed
+        self.job, self.refs, self.path, self.routed, self.path_id = job, refs, path, routed, path_id
         self._hosts = {h: HostFlows(held.flows, self.ids) for h, held in self._hosts.items()}
         self.generation += 1
         return True

@@ -9,6 +9,11 @@ behind them (p99 65-135 ms). In a worker process the pruning runs on the other
 core while the decision step waits on a pipe without the lock (step 129 ms,
 report p99 37 ms in the same conditions).
 
+Since the controller prunes one flow per class (the flows of one job on one path,
+leveller.controller.decide.flow_classes), the generated cluster's 100,000 flows
+are 5,616 classes and 20,602 pairs, pruned in place in about 6 ms: the worker now
+serves clusters whose flows rarely share a path (e.g. all-to-all over many ports).
+
 Same function, same inputs, same output: the worker calls core.levels.prune on
 the arrays it is sent (int32 on the way: ids and ranks of up to 2**31 flows).
 Inputs below ``offload_pairs`` (flow-link pairs) are pruned in place, where the
