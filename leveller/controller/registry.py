@@ -57,6 +57,19 @@ class AgentState:
     received_at: float
 
 
+@dataclass(frozen=True)
+class LiveView:
+    """What the live agents' latest reports say at one ``now``, from one pass over them (a step asks
+    for it several times: profiling, samples, job inputs, the published count).
+    ``merged``: job -> (most iterations, earliest start); ``ideal`` / ``weight``: job -> the value
+    the first live agent by host name declares."""
+
+    agents: tuple[AgentState, ...]
+    merged: dict[str, tuple[int, float]]
+    ideal: dict[str, float]
+    weight: dict[str, float]
+
+
 @dataclass
 class JobState:
     name: str
@@ -103,6 +116,10 @@ class Registry:
         self.agents: OrderedDict[str, AgentState] = OrderedDict()  # least recently heard first
         self.jobs: OrderedDict[str, JobState] = OrderedDict()  # least recently reported first
         self._rng = random.Random(seed)
+        # changes with every accepted report (LiveView cache); an expiry needs none: a view at ``now``
+        # already leaves out the agents expire(now) deletes
+        self._version = 0
+        self._view: tuple[tuple[float, int], LiveView] | None = None
 
     def accept(self, report: Report, now: float) -> None:
         """Store a report after semantic checks (FieldError names the field; nothing stored then)."""
@@ -112,6 +129,7 @@ class Registry:
                 check_not_future(t, f"jobs[{i}].recent[{k}][1]", now)
         self.agents[report.host] = AgentState(report, now)
         self.agents.move_to_end(report.host)
+        self._version += 1
         for j in report.jobs:
             state = self.jobs.get(j.job)
             if state is None:
@@ -202,28 +220,39 @@ class Registry:
             del self.jobs[name]
         return gone
 
-    def live(self, now: float) -> list[AgentState]:
+    def live(self, now: float) -> tuple[AgentState, ...]:
         """Agents whose last report is younger than ``stale_after_s``, by host name."""
-        return [a for _, a in sorted(self.agents.items()) if now - a.received_at <= self.stale_after_s]
+        return self.view(now).agents
+
+    def view(self, now: float) -> LiveView:
+        """The LiveView at ``now``; computed once while no report arrives and ``now`` stays the same."""
+        key = (now, self._version)
+        if self._view is not None and self._view[0] == key:
+            return self._view[1]
+        agents = tuple(a for _, a in sorted(self.agents.items()) if now - a.received_at <= self.stale_after_s)
+        merged: dict[str, tuple[int, float]] = {}
+        ideal: dict[str, float] = {}
+        weight: dict[str, float] = {}
+        for a in agents:
+            for j in a.report.jobs:
+                it, st = merged.get(j.job, (0, j.start_time))
+                merged[j.job] = (max(it, j.iterations), min(st, j.start_time))
+                if j.ideal_time is not None:
+                    ideal.setdefault(j.job, j.ideal_time)
+                if j.weight is not None:
+                    weight.setdefault(j.job, j.weight)
+        view = LiveView(agents, merged, ideal, weight)
+        self._view = (key, view)
+        return view
 
     def _reported_ideals(self, now: float) -> dict[str, float]:
         """job -> the ideal time a live agent reports for it (the first by host name)."""
-        return self._declared(now, "ideal_time")
-
-    def _declared(self, now: float, field_name: str) -> dict[str, float]:
-        """job -> a field live agents declare for it (``ideal_time``, ``weight``): the first by host name."""
-        out: dict[str, float] = {}
-        for a in self.live(now):
-            for j in a.report.jobs:
-                value = getattr(j, field_name)
-                if value is not None:
-                    out.setdefault(j.job, value)
-        return out
+        return self.view(now).ideal
 
     def update_profiling(self, now: float) -> None:
         """Open at most one profiling window: the earliest-seen job without an ideal time, then a job
         whose time alone drifted, then a scheduled re-profile."""
-        live_jobs = {j.job for a in self.live(now) for j in a.report.jobs}
+        live_jobs = self.view(now).merged.keys()
         if any(self.jobs[n].profiler.profiling for n in live_jobs):
             return
         reported = self._reported_ideals(now)
@@ -263,12 +292,7 @@ class Registry:
 
     def _merged(self, now: float) -> dict[str, tuple[int, float]]:
         """job -> (most iterations, earliest start) over the live agents' reports."""
-        merged: dict[str, tuple[int, float]] = {}
-        for a in self.live(now):
-            for j in a.report.jobs:
-                it, st = merged.get(j.job, (0, j.start_time))
-                merged[j.job] = (max(it, j.iterations), min(st, j.start_time))
-        return merged
+        return self.view(now).merged
 
     def _ideals(self, now: float, merged: Mapping[str, object]) -> dict[str, float | None]:
         """job -> its ideal time: reported by an agent, else profiled here, else None."""
@@ -286,7 +310,7 @@ class Registry:
         reached this controller, so a standby fed the same reports ranks ties the same."""
         merged = self._merged(now)
         ideals = self._ideals(now, merged)
-        declared = self._declared(now, "weight")
+        declared = self.view(now).weight
         out = []
         for name in sorted(merged, key=lambda n: (merged[n][1], n)):
             state, ideal = self.jobs[name], ideals[name]

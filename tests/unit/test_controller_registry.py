@@ -80,3 +80,18 @@ def test_recent_iteration_end_far_in_the_future_is_refused() -> None:
         reg.accept(rep("h1", JobReport("a", 2, 100.0, None, ((1, 101.0), (2, 1e12)))), now=110.0)
     assert info.value.field == "jobs[0].recent[1][1]"
     assert reg.agents == {} and reg.jobs == {}
+
+
+def test_what_the_live_agents_say_follows_every_report_and_expiry_at_one_now() -> None:
+    """A step reads the live agents' view several times at one ``now``; it is computed once, but a report
+    or an expiry in between must show (the view is cached by now and by the reports' version)."""
+    reg = Registry(stale_after_s=5)
+    reg.accept(rep("h2", JobReport("a", 10, 100.0, None, weight=2.0)), now=110.0)
+    assert reg.job_inputs(110.0)[0].iterations == 10 and reg.job_inputs(110.0)[0].weight == 2.0
+    reg.accept(rep("h1", JobReport("a", 12, 101.0, 0.5, weight=3.0)), now=110.0)  # h1 sorts first: its weight
+    [a] = reg.job_inputs(110.0)
+    assert (a.iterations, a.start_time, a.ideal_time, a.weight) == (12, 100.0, 0.5, 3.0)
+    assert [s.report.host for s in reg.live(110.0)] == ["h1", "h2"]
+    reg.accept(rep("h1", JobReport("b", 1, 105.0, 0.5)), now=112.0)  # h1 moves to job b
+    assert reg.expire(115.5) == ["h2"]  # h2 last heard at 110
+    assert [j.name for j in reg.job_inputs(115.5)] == ["b"] and [s.report.host for s in reg.live(115.5)] == ["h1"]
