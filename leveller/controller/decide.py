@@ -25,7 +25,8 @@ from leveller.core.rate import progress_rate
 from leveller.model.flow import FlowKey
 from leveller.model.shape import JobShape
 
-__all__ = ["UNKNOWN_PATH", "Decision", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate"]
+__all__ = ["UNKNOWN_PATH", "Decision", "FlowClasses", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate",
+           "snapshot_classes"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
 
 
@@ -136,9 +137,34 @@ def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
 Pruner = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], np.ndarray]  # core.levels.prune's signature
 
 
-def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pruner = prune) -> np.ndarray:
-    """Level of every row of ``flows`` (int8) by pruning; every flow's job must be in ``order``.
-    ``pruner``: core.levels.prune, or the same run elsewhere (leveller.controller.prune_worker)."""
+@dataclass(frozen=True)
+class FlowClasses:
+    """The classes of a snapshot's rows (``flow_classes``) and what their pruning needs: the job id of
+    every class and the (class, link) incidence of one row per class. A function of the rows' jobs and
+    paths only, so the controller keeps it while its flow table does not change."""
+
+    cls: np.ndarray  # class of every row
+    job: np.ndarray  # job id of every class
+    inc_class: np.ndarray
+    inc_link: np.ndarray
+
+
+def snapshot_classes(flows: FlowSnapshot) -> FlowClasses:
+    """The FlowClasses of a snapshot; rows without an interned path are each a class of their own."""
+    if flows.path_id is None or (len(flows) and flows.path_id.min() < 0):
+        reps, cls = np.arange(len(flows)), np.arange(len(flows))
+    else:
+        reps, cls = flow_classes(flows.job, flows.path_id)
+    path = flows.path[reps]
+    present = path >= 0
+    return FlowClasses(cls, flows.job[reps], np.nonzero(present)[0], path[present])
+
+
+def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pruner = prune,
+                classes: FlowClasses | None = None) -> np.ndarray:
+    """Level of every row of ``flows`` (int8) by pruning one row per class; every flow's job must be in
+    ``order``. ``pruner``: core.levels.prune, or the same run elsewhere (leveller.controller.prune_worker);
+    ``classes``: the snapshot's FlowClasses if known (computed here otherwise)."""
     if order is None:
         return np.zeros(len(flows), dtype=np.int8)
     rank_by_job = np.full(len(flows.job_names), -1, dtype=np.int64)
@@ -146,17 +172,12 @@ def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pr
         jid = flows.job_ids.get(name)
         if jid is not None and jid < len(rank_by_job):
             rank_by_job[jid] = i
-    ranks = rank_by_job[flows.job]
+    c = classes if classes is not None else snapshot_classes(flows)
+    ranks = rank_by_job[c.job]
     if len(ranks) and ranks.min() < 0:
-        missing = sorted({flows.job_names[j] for j in np.unique(flows.job[ranks < 0]).tolist()})
+        missing = sorted({flows.job_names[j] for j in np.unique(c.job[ranks < 0]).tolist()})
         raise ValueError(f"flows name jobs missing from the order: {missing}")
-    if flows.path_id is None or (len(flows) and flows.path_id.min() < 0):  # a row without an interned path
-        present = flows.path >= 0
-        return pruner(ranks, np.nonzero(present)[0], flows.path[present], len(flows.link_names), k)
-    reps, cls = flow_classes(flows.job, flows.path_id)
-    path = flows.path[reps]
-    present = path >= 0
-    return pruner(ranks[reps], np.nonzero(present)[0], path[present], len(flows.link_names), k)[cls]
+    return pruner(ranks, c.inc_class, c.inc_link, len(flows.link_names), k)[c.cls]
 
 
 DENSE_KEYS = 8  # flow_classes counts classes in a table while it has at most this many slots per flow
@@ -187,10 +208,12 @@ def flow_classes(job: np.ndarray, path_id: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Policy, k: int, now: float,
-                    shapes: Mapping[str, JobShape] | None = None, pruner: Pruner = prune) -> Decision:
-    """The decision for the flows of a snapshot (every flow's job must be in ``jobs``)."""
+                    shapes: Mapping[str, JobShape] | None = None, pruner: Pruner = prune,
+                    classes: FlowClasses | None = None) -> Decision:
+    """The decision for the flows of a snapshot (every flow's job must be in ``jobs``); ``classes``: the
+    snapshot's FlowClasses if known."""
     order, rates = rank(jobs, policy, now, shapes)
-    levels = flow_levels(order, flows, k, pruner)
+    levels = flow_levels(order, flows, k, pruner, classes)
     return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels,
                     levels_by_id(flows, levels))
 

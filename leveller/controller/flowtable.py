@@ -61,6 +61,7 @@ class FlowSnapshot:
     link_names: Sequence[str]
     generation: int = 0  # of the table's ids
     path_id: np.ndarray | None = None  # interned path of each row: rows with the same links share an id
+    version: int = -1  # of the table's flows, jobs and paths when taken (-1: unknown)
 
     def row(self, key: FlowKey) -> int | None:
         i = self.ids.get(key)
@@ -104,6 +105,7 @@ class FlowTable:
         self.path_ids: dict[tuple[int, ...], int] = {}  # link ids of a path -> its id (append-only)
         self._hosts: dict[str, HostFlows] = {}  # host -> the flows of its last report
         self.generation = 0  # ids change at each compaction
+        self.version = 0  # changes with the live flows, their jobs or their paths (not with byte counts)
 
     # ---- reports -------------------------------------------------------------------------------
     def update_host(self, host: str, flows: Iterable[tuple[FlowKey, str]]) -> HostFlows:
@@ -113,6 +115,7 @@ class FlowTable:
         old = held.flows if held else {}
         if held is not None and new == old:
             return held
+        self.version += 1
         for key in old.keys() - new.keys():
             self.refs[self.ids[key]] -= 1
         for key, job in new.items():
@@ -131,6 +134,7 @@ class FlowTable:
         held = self._hosts.pop(host, None)
         if held is not None and len(held.ids):
             np.subtract.at(self.refs, held.ids, 1)
+            self.version += 1
 
     def host(self, host: str) -> HostFlows | None:
         """The flows of ``host``'s last report (None if it never reported or went stale)."""
@@ -173,6 +177,7 @@ class FlowTable:
 
     def set_links(self, links: Sequence[tuple[FlowKey, tuple[str, ...] | None]]) -> None:
         """Store paths (None: unknown, the flow goes on the shared UNKNOWN_PATH pseudo-link)."""
+        self.version += 1
         for key, path in links:
             i = self.ids.get(key)
             if i is None:
@@ -192,7 +197,8 @@ class FlowTable:
         row_by_id = np.full(len(self.keys), -1, dtype=np.int64)
         row_by_id[ids] = np.arange(len(ids))
         return FlowSnapshot(self.ids, self.keys, ids, row_by_id, self.job[ids], self.path[ids],
-                            self.jobs.ids, self.jobs.names, self.links.names, self.generation, self.path_id[ids])
+                            self.jobs.ids, self.jobs.names, self.links.names, self.generation, self.path_id[ids],
+                            self.version)
 
     # ---- housekeeping --------------------------------------------------------------------------
     def compact(self) -> bool:
@@ -215,4 +221,5 @@ class FlowTable:
         self.job, self.refs, self.path, self.routed, self.path_id = job, refs, path, routed, path_id
         self._hosts = {h: HostFlows(held.flows, self.ids) for h, held in self._hosts.items()}
         self.generation += 1
+        self.version += 1
         return True

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from leveller.controller.decide import Decision, JobShape, Pruner, decide_snapshot
+from leveller.controller.decide import Decision, FlowClasses, JobShape, Pruner, decide_snapshot, snapshot_classes
 from leveller.controller.flowtable import FlowTable, HostFlows
 from leveller.controller.gcpacing import GcPacer
 from leveller.controller.metrics import ControllerMetrics, Published
@@ -95,6 +95,7 @@ class Controller:
         self.shadow = ShadowLedger() if mode == "shadow" else None
         self.gc_pacer = gc_pacer  # the controller process's garbage collection, run between steps
         self.pruner = pruner  # core.levels.prune, or the same in a worker process (controller.prune_worker)
+        self._classes: tuple[int, FlowClasses] | None = None  # (flow table version, its classes)
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -246,8 +247,10 @@ class Controller:
                 snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
                 counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
                     if self.shift_planner is not None else {}
+            if self._classes is None or self._classes[0] != snapshot.version:
+                self._classes = (snapshot.version, snapshot_classes(snapshot))  # the flows changed
             decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes,
-                                       self.pruner)
+                                       self.pruner, self._classes[1])
             if self.shift_planner is not None:
                 self.shift_planner.update(jobs, self.shapes, counted, decision.links, inputs_at)
         except Exception as exc:

@@ -159,3 +159,24 @@ def test_a_hosts_reply_is_reused_only_while_its_levels_stay_the_same() -> None:
     ctl.report(report("h1", {key(0): "a", key(2): "b"}, {"a": 150, "b": 90}), NOW + 3)  # key(2): not decided yet
     assert ctl.report(report("h1", {key(0): "a", key(2): "b"}, {"a": 150, "b": 90}), NOW + 3.1).flows == \
         (FlowLevel(key(0), "a", 0),)
+
+
+def test_kept_flow_classes_follow_every_change_of_the_flows() -> None:
+    """The controller keeps a decision's flow classes while the flow table's version stays: a report with
+    new counts only keeps them, a new flow, a job change or a host gone must not decide with the old ones."""
+    ctl = controller(RecordingPaths(), stale_after_s=5.0)
+    a, b = key(0, "10.0.1.1"), key(1, "10.0.1.1")  # one link: a (R 0.1) and b (R 0.9) contend
+    ctl.report(report("h1", {a: "slow"}, {"slow": 10}), NOW)
+    ctl.report(report("h2", {b: "fast"}, {"fast": 90}), NOW)
+    assert dict(ctl.step(NOW).levels) == {a: 1, b: 0}
+    classes = ctl._classes
+    ctl.report(report("h1", {a: "slow"}, {"slow": 10}), NOW)  # same flows, new counts: same classes
+    ctl.step(NOW)
+    assert ctl._classes is classes
+    c = key(2, "10.0.1.1")  # a new flow of the fast job on the same link: its class
+    ctl.report(report("h2", {b: "fast", c: "fast"}, {"fast": 90}), NOW)
+    assert dict(ctl.step(NOW).levels) == {a: 1, b: 0, c: 0}
+    ctl.report(report("h2", {b: "fast", c: "slow"}, {"fast": 90, "slow": 10}), NOW)  # c changes job
+    assert dict(ctl.step(NOW).levels) == {a: 1, b: 0, c: 1}
+    ctl.report(report("h1", {a: "slow"}, {"slow": 10}), NOW + 4)
+    assert dict(ctl.step(NOW + 6).levels) == {a: 1}  # h2 gone: b and c with it, a alone on the link
