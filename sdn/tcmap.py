@@ -17,12 +17,17 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from leveller.core.qos import LevelMap, htb_root_burst, tc_dscp_filters
+from leveller.core.qos import HTB_ROOT_MINOR, LevelMap, htb_root_burst, tc_dscp_filters
 
 _CLASS = re.compile(r"^class htb 1:([0-9a-f]+) [^\n]*\n\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+),[^\n]*\n"
                     r"\s*backlog ([0-9.]+)([KMG]?)b (\d+)p", re.M)
-_SIZE = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}  # tc prints a round backlog as e.g. 1Mb
-MAX_QUEUE_CLASS = 64  # OVS queues are classes 1:1..; its root class is 1:fffe
+_SIZE = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}  # tc prints a round size as e.g. 1Mb
+MAX_QUEUE_CLASS = 64  # OVS queues are classes 1:1..; its root class is 1:fffe (HTB_ROOT_MINOR)
+
+
+def _bytes(number: str, unit: str) -> int:
+    """A size as tc prints it (``number`` and its unit letter, before the "b") in bytes."""
+    return int(float(number) * _SIZE[unit])
 
 
 def installed_filters(dev: str) -> int | None:
@@ -39,7 +44,6 @@ def htb_present(dev: str) -> bool:
 
 
 INSTALLED, KEPT, NO_QDISC = "installed", "kept", "no-qdisc"  # what ensure_filters found and did
-ROOT_CLASS = 0xFFFE
 _HTB_CLASS = re.compile(r"^class htb 1:([0-9a-f]+) (?:root|parent 1:[0-9a-f]+)(?: leaf \S+)? .*?\brate (\S+) "
                         r"ceil (\S+) .*?\bburst ([0-9.]+)([KMG]?)b/\d+ mpu (\d+)b cburst ([0-9.]+)([KMG]?)b/", re.M)
 
@@ -58,8 +62,8 @@ class HtbClass:
 
 def parse_htb_classes(text: str) -> dict[int, HtbClass]:
     """Class minor -> its rates and bursts, from `tc -d class show dev D` (1:fffe is OVS's root)."""
-    return {int(m.group(1), 16): HtbClass(m.group(2), m.group(3), int(float(m.group(4)) * _SIZE[m.group(5)]),
-                                          int(float(m.group(7)) * _SIZE[m.group(8)]), int(m.group(6)))
+    return {int(m.group(1), 16): HtbClass(m.group(2), m.group(3), _bytes(m.group(4), m.group(5)),
+                                          _bytes(m.group(7), m.group(8)), int(m.group(6)))
             for m in _HTB_CLASS.finditer(text)}
 
 
@@ -68,7 +72,7 @@ def root_burst_change(dev: str, text: str) -> list[str] | None:
     queues, or None when there is nothing to widen: no root, no queue, or no queue burst more than
     twice the root's (queues left at OVS's default of about one MTU; tc prints a burst rounded)."""
     classes = parse_htb_classes(text)
-    root = classes.pop(ROOT_CLASS, None)
+    root = classes.pop(HTB_ROOT_MINOR, None)
     widest = max((c.cburst for c in classes.values()), default=0)
     if root is None or widest <= 2 * min(root.burst, root.cburst):
         return None
@@ -116,7 +120,7 @@ def parse_class_stats(text: str) -> dict[int, dict[str, int]]:
         minor = int(m.group(1), 16)
         if 1 <= minor <= MAX_QUEUE_CLASS:
             out[minor - 1] = {"bytes": int(m.group(2)), "packets": int(m.group(3)), "drops": int(m.group(4)),
-                              "backlog_bytes": int(float(m.group(5)) * _SIZE[m.group(6)]),
+                              "backlog_bytes": _bytes(m.group(5), m.group(6)),
                               "backlog_packets": int(m.group(7))}
     return out
 

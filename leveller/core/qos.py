@@ -113,11 +113,14 @@ def htb_classid(queue: int) -> str:
     return f"1:{queue + 1:x}"
 
 
+HTB_ROOT_MINOR = 0xFFFE  # OVS linux-htb's root class, 1:fffe: the port's rate, which every queue borrows from
+
+
 def htb_root_burst(dev: str, rate: str, burst_bytes: int, mpu: int = 60) -> list[str]:
     """The `tc` argv giving the HTB root class 1:fffe of `dev` (OVS linux-htb's; its rate and ceiling
     `rate`, in tc's syntax) a burst of `burst_bytes`: OVS sets one MTU there and has no setting for it."""
-    return ["tc", "class", "change", "dev", dev, "parent", "1:", "classid", "1:fffe", "htb", "rate", rate,
-            "ceil", rate, "burst", str(burst_bytes), "cburst", str(burst_bytes), "mpu", str(mpu)]
+    return ["tc", "class", "change", "dev", dev, "parent", "1:", "classid", f"1:{HTB_ROOT_MINOR:x}", "htb",
+            "rate", rate, "ceil", rate, "burst", str(burst_bytes), "cburst", str(burst_bytes), "mpu", str(mpu)]
 
 
 def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:

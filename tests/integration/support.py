@@ -200,11 +200,12 @@ def assert_top_takes_the_link(top: float, bottom: float, bottleneck: float, floo
 
 def root_burst(tb: Any, port: str = "s1-p1") -> int:
     """The burst (bytes) of a switch port's HTB root class, the one OVS sets to one MTU."""
-    from sdn.tcmap import ROOT_CLASS, parse_htb_classes
+    from leveller.core.qos import HTB_ROOT_MINOR
+    from sdn.tcmap import parse_htb_classes
 
     out = subprocess.run(["ip", "netns", "exec", tb.state.switch_netns, "tc", "-d", "class", "show", "dev", port],
                          capture_output=True, text=True, check=True).stdout
-    root = parse_htb_classes(out)[ROOT_CLASS]
+    root = parse_htb_classes(out)[HTB_ROOT_MINOR]
     return min(root.burst, root.cburst)
 
 
