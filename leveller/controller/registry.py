@@ -61,10 +61,12 @@ class AgentState:
 class LiveView:
     """What the live agents' latest reports say at one ``now``, from one pass over them (a step asks
     for it several times: profiling, samples, job inputs, the published count).
-    ``merged``: job -> (most iterations, earliest start); ``ideal`` / ``weight``: job -> the value
-    the first live agent by host name declares."""
+    ``hosts``: the live agents' hosts, by name; ``merged``: job -> (most iterations, earliest start);
+    ``ideal`` / ``weight``: job -> the value the first live agent by host name declares.
+    It holds no report: a report replaced is freed at once, by the report replacing it, not with
+    the view (1,000 reports of 100 flows freed at once held the report thread for 20-25 ms)."""
 
-    agents: tuple[AgentState, ...]
+    hosts: tuple[str, ...]
     merged: dict[str, tuple[int, float]]
     ideal: dict[str, float]
     weight: dict[str, float]
@@ -222,7 +224,8 @@ class Registry:
 
     def live(self, now: float) -> tuple[AgentState, ...]:
         """Agents whose last report is younger than ``stale_after_s``, by host name."""
-        return self.view(now).agents
+        agents = self.agents
+        return tuple(agents[h] for h in self.view(now).hosts if h in agents)  # expire(later now): gone
 
     def view(self, now: float) -> LiveView:
         """The LiveView at ``now``; computed once while no report arrives and ``now`` stays the same."""
@@ -241,7 +244,7 @@ class Registry:
                     ideal.setdefault(j.job, j.ideal_time)
                 if j.weight is not None:
                     weight.setdefault(j.job, j.weight)
-        view = LiveView(agents, merged, ideal, weight)
+        view = LiveView(tuple(a.report.host for a in agents), merged, ideal, weight)
         self._view = (key, view)
         return view
 

@@ -68,6 +68,7 @@ def stream_method(handler: MessageHandler) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(call)
 
 
+CALL_POLL_S = 0.5  # how often a ``call`` waiting for the loop checks that the loop still runs
 DRAIN_S = 2.0  # longest wait for the calls a stop cancelled to end (they take a few loop turns)
 
 
@@ -111,9 +112,43 @@ class LoopServer:
         """Run ``coro`` on the server's loop and return its result (from another thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the loop's thread, between the callbacks of the calls it serves, from any thread;
+        its result or its exception. The controller runs the Python pieces of a decision step here: one
+        thread then holds the interpreter, instead of two trading it (leveller.controller.service). Once
+        the loop has stopped, ``fn()`` runs in the caller's thread."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        done: futures.Future[T] = futures.Future()
+
+        def run() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:  # handed to the caller
+                    done.set_exception(exc)
+        try:
+            self._loop.call_soon_threadsafe(run)
+        except RuntimeError:  # the loop is closed
+            return fn()
+        while True:
+            try:
+                return done.result(timeout=CALL_POLL_S)
+            except futures.TimeoutError:
+                if self._thread.is_alive():
+                    continue
+                if done.cancel():  # the loop ended before running it
+                    return fn()
+                return done.result(timeout=0)  # it ended with the loop's last callbacks
+
     def call_soon(self, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` on the server's loop soon (from any thread; cheap: it only queues it)."""
-        self._loop.call_soon_threadsafe(fn)
+        """Run ``fn()`` on the server's loop soon (from any thread; cheap: it only queues it). Nothing
+        once the loop is closed: the calls ``fn`` would serve ended with it (a controller stepping on after
+        its server stopped raised here, from the push path's listener)."""
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # closed
+            pass
 
     async def in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the blocking pool, awaited from a handler."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from leveller.codec import SchemaError
@@ -95,3 +97,16 @@ def test_what_the_live_agents_say_follows_every_report_and_expiry_at_one_now() -
     reg.accept(rep("h1", JobReport("b", 1, 105.0, 0.5)), now=112.0)  # h1 moves to job b
     assert reg.expire(115.5) == ["h2"]  # h2 last heard at 110
     assert [j.name for j in reg.job_inputs(115.5)] == ["b"] and [s.report.host for s in reg.live(115.5)] == ["h1"]
+
+
+def test_a_replaced_report_is_freed_by_its_replacement_not_kept_by_the_cached_view() -> None:
+    # a view held every live agent's report: a step freed 1,000 reports of 100 flows at once (20-25 ms
+    # with the report thread held) when it replaced the view
+    reg = Registry(stale_after_s=5)
+    old = rep("h1", JobReport("a", 1, 100.0, 0.5), flows=(FlowReport(F, "a", 10),))
+    reg.accept(old, now=100.0)
+    assert [a.report for a in reg.live(100.0)] == [old]  # the view at 100.0 is cached
+    new = rep("h1", JobReport("a", 2, 100.0, 0.5), flows=(FlowReport(F, "a", 20),))
+    reg.accept(new, now=100.0)
+    assert sys.getrefcount(old) == 2  # this test's name and getrefcount's argument: nothing else
+    assert [a.report for a in reg.live(100.0)] == [new] and reg.view(100.0).hosts == ("h1",)

@@ -70,3 +70,18 @@ def test_stop_ends_the_loop_thread() -> None:
     assert _loop_threads() == before + 1
     server.stop(grace=0.5).wait()
     assert _loop_threads() == before
+
+
+def test_call_runs_on_the_loop_thread_hands_back_result_or_error_and_falls_back_once_stopped() -> None:
+    server = LoopServer([], blocking_threads=1)
+    try:
+        assert server.call(lambda: threading.current_thread().name) == "grpc-loop"
+        assert server.call(lambda: server.call(lambda: 7)) == 7  # from the loop itself: no deadlock
+
+        def fail() -> None:
+            raise ValueError("piece failed")
+        with pytest.raises(ValueError, match="piece failed"):
+            server.call(fail)
+    finally:
+        server.stop(grace=None)
+    assert server.call(threading.current_thread) is threading.current_thread()  # no loop left: here
