@@ -83,7 +83,7 @@ def _decide_with(workload: Any, now: float, pruner: Any, runs: int) -> dict[str,
 
     flows = len(workload.flows)
     ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller"), default_level_map(LEVELS_K),
-                     tau_s=1.0, stale_after_s=3600.0, pruner=pruner.prune)
+                     tau_s=1.0, stale_after_s=3600.0, pruner=pruner)
     for report in _reports(workload, now, workload.by_host()):
         ctl.report(report, now)
     t0 = time.perf_counter()
@@ -318,7 +318,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
     pacer = GcPacer().install()  # as `leveller controller` does in its process
     pruner = PruneWorker()
     ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller", tau=tau_s),
-                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer, pruner=pruner.prune)
+                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer, pruner=pruner)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
     ctx = _spawn()
     procs: list[tuple[Any, Any]] = []

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
                      rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode,
                      gc_pacer=GcPacer().install(),  # this process is the controller's: see gcpacing
-                     pruner=pruner.prune)
+                     pruner=pruner)
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 

@@ -25,8 +25,8 @@ from leveller.core.rate import progress_rate
 from leveller.model.flow import FlowKey
 from leveller.model.shape import JobShape
 
-__all__ = ["UNKNOWN_PATH", "Decision", "FlowClasses", "JobInput", "JobShape", "decide", "decide_snapshot", "job_rate",
-           "snapshot_classes"]
+__all__ = ["UNKNOWN_PATH", "Decision", "FlowClasses", "JobInput", "JobShape", "class_ranks", "decide",
+           "decide_snapshot", "decision_of", "job_rate", "snapshot_classes"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
 
 
@@ -167,17 +167,23 @@ def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pr
     ``classes``: the snapshot's FlowClasses if known (computed here otherwise)."""
     if order is None:
         return np.zeros(len(flows), dtype=np.int8)
+    c = classes if classes is not None else snapshot_classes(flows)
+    return pruner(class_ranks(order, flows, c), c.inc_class, c.inc_link, len(flows.link_names), k)[c.cls]
+
+
+def class_ranks(order: list[str], flows: FlowSnapshot, classes: FlowClasses) -> np.ndarray:
+    """The rank in ``order`` of every class's job: the pruning's input beside the classes' incidence.
+    Raises ValueError naming the jobs of ``flows`` that ``order`` leaves out."""
     rank_by_job = np.full(len(flows.job_names), -1, dtype=np.int64)
     for i, name in enumerate(order):
         jid = flows.job_ids.get(name)
         if jid is not None and jid < len(rank_by_job):
             rank_by_job[jid] = i
-    c = classes if classes is not None else snapshot_classes(flows)
-    ranks = rank_by_job[c.job]
+    ranks = rank_by_job[classes.job]
     if len(ranks) and ranks.min() < 0:
-        missing = sorted({flows.job_names[j] for j in np.unique(c.job[ranks < 0]).tolist()})
+        missing = sorted({flows.job_names[j] for j in np.unique(classes.job[ranks < 0]).tolist()})
         raise ValueError(f"flows name jobs missing from the order: {missing}")
-    return pruner(ranks, c.inc_class, c.inc_link, len(flows.link_names), k)[c.cls]
+    return ranks
 
 
 DENSE_KEYS = 8  # flow_classes counts classes in a table while it has at most this many slots per flow
@@ -213,7 +219,12 @@ def decide_snapshot(jobs: Sequence[JobInput], flows: FlowSnapshot, policy: Polic
     """The decision for the flows of a snapshot (every flow's job must be in ``jobs``); ``classes``: the
     snapshot's FlowClasses if known."""
     order, rates = rank(jobs, policy, now, shapes)
-    levels = flow_levels(order, flows, k, pruner, classes)
+    return decision_of(order, rates, flows, flow_levels(order, flows, k, pruner, classes))
+
+
+def decision_of(order: list[str] | None, rates: dict[str, float | None], flows: FlowSnapshot,
+                levels: np.ndarray) -> Decision:
+    """The Decision giving row r of ``flows`` the level ``levels[r]``."""
     return Decision(order, rates, FlowLevels(flows, levels), FlowLinks(flows), flows, levels,
                     levels_by_id(flows, levels))
 

@@ -78,11 +78,22 @@ class PruneWorker:
         pool.submit(_ready)  # starts the worker now, not at the first large decision
         return pool
 
+    def offloads(self, pairs: int) -> bool:
+        """True if an incidence of ``pairs`` flow-link pairs goes to the worker: the controller then waits
+        for it in its step's thread, and prunes anything smaller on its report thread
+        (leveller.controller.service)."""
+        return pairs >= self.offload_pairs and not self._closed
+
+    def __call__(self, rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links: int,
+                 k: int) -> np.ndarray:
+        """``prune``: the worker is the controller's pruner (a Pruner that knows what it offloads)."""
+        return self.prune(rank, inc_flow, inc_link, n_links, k)
+
     def prune(self, rank: np.ndarray, inc_flow: np.ndarray, inc_link: np.ndarray, n_links: int,
               k: int) -> np.ndarray:
         """leveller.core.levels.prune, in the worker when the incidence has ``offload_pairs`` pairs or more."""
         pool = None
-        if len(inc_flow) >= self.offload_pairs:
+        if self.offloads(len(inc_flow)):
             with self._lock:
                 if not self._closed:
                     pool = self._pool

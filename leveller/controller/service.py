@@ -9,6 +9,8 @@ arrays (leveller.core policy + pruning) outside the lock, and keeps the
 result; each agent's next report is answered with the levels of its flows, a
 lease, and the age of the decision (measured from when the step began); a host
 whose flows' levels did not change gets the same reply entries as before.
+While it serves (leveller.rpc.transport.serve) a step runs its Python pieces on
+the thread that answers reports (``use_report_thread``), between reports.
 Agents keep levels only until the lease after the decision, so a failed step
 (e.g. the SDN app unreachable, levels kept, the error counted and shown in
 status) or a step that takes longer than the lease ends the levels on every
@@ -28,13 +30,24 @@ import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from leveller.controller.decide import Decision, FlowClasses, JobShape, Pruner, decide_snapshot, snapshot_classes
-from leveller.controller.flowtable import FlowTable, HostFlows
+from leveller.controller.decide import (
+    Decision,
+    FlowClasses,
+    JobInput,
+    JobShape,
+    Pruner,
+    class_ranks,
+    decision_of,
+    rank,
+    snapshot_classes,
+)
+from leveller.controller.flowtable import FlowSnapshot, FlowTable, HostFlows
 from leveller.controller.gcpacing import GcPacer
 from leveller.controller.metrics import ControllerMetrics, Published
 from leveller.controller.paths import PathProvider
@@ -49,6 +62,13 @@ from leveller.model.limits import MODES
 from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report
 
 _KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
+T = TypeVar("T")
+StepInputs = tuple[list[JobInput], FlowSnapshot, dict[FlowKey, tuple[str, int]], int]  # Controller._step_inputs
+Runner = Callable[[Callable[[], T]], T]  # runs a function somewhere and returns its result
+
+
+def _here(fn: Callable[[], T]) -> T:
+    return fn()
 
 
 class Controller:
@@ -94,8 +114,12 @@ class Controller:
         self.mode = mode
         self.shadow = ShadowLedger() if mode == "shadow" else None
         self.gc_pacer = gc_pacer  # the controller process's garbage collection, run between steps
-        self.pruner = pruner  # core.levels.prune, or the same in a worker process (controller.prune_worker)
+        # core.levels.prune, or a PruneWorker (controller.prune_worker), whose offloads(pairs) says when it
+        # prunes in its process: the step then waits for it in its own thread, not on the report thread
+        self.pruner = pruner
         self._classes: tuple[int, FlowClasses] | None = None  # (flow table version, its classes)
+        self._snapshot: FlowSnapshot | None = None  # the last step's, kept while the table's version stays
+        self._run: Runner[Any] = _here  # where a step's Python pieces run (use_report_thread)
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -223,50 +247,43 @@ class Controller:
             if self.gc_pacer is not None:
                 self.gc_pacer.after_step()
 
+    def use_report_thread(self, run: Runner | None) -> None:
+        """Run the Python pieces of every step through ``run`` (None: in the step's own thread).
+        leveller.rpc.transport.serve passes its event loop's ``LoopServer.call``, the thread that answers
+        reports: one thread then holds the interpreter, and reports wait at most one piece (a few ms at
+        100,000 flows) instead of trading the interpreter lock with the step at every numpy call, which
+        stretched a 25 ms step to 130-170 ms and the reports that came meanwhile. Waiting (paths from the
+        SDN app, the pruning worker) and the policy's order (any policy's code: one that hangs must not
+        stop the answers, whose decision then ages past the lease) stay in the step's thread."""
+        self._run = run or _here
+
     def _step(self, now: float) -> Decision:
         started = time.perf_counter()
         inputs_at = self.monotonic()
+        run = self._run
         try:
-            with self._lock:
-                self._expire(now)
-                live_hosts = {a.report.host for a in self.registry.live(now)}
-                for host in self.flows.hosts():
-                    if host not in live_hosts:
-                        self.flows.drop_host(host)
-                self.flows.compact()
-                unrouted = self.flows.unrouted(self.flows.live())
-            if unrouted:  # new flows only, in one batch; paths are kept per flow
-                links = self.paths.links(unrouted)
-            with self._lock:
-                if unrouted:
-                    self.flows.set_links([(f, links.get(f)) for f in unrouted])
-                self.registry.update_profiling(now)
-                self.registry.sample(now)
-                jobs = self.registry.job_inputs(now)
-                ids = self.flows.live()
-                snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])  # later arrivals: next step
-                counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
-                    if self.shift_planner is not None else {}
-            if self._classes is None or self._classes[0] != snapshot.version:
-                self._classes = (snapshot.version, snapshot_classes(snapshot))  # the flows changed
-            decision = decide_snapshot(jobs, snapshot, self.policy, self.level_map.levels, now, self.shapes,
-                                       self.pruner, self._classes[1])
-            if self.shift_planner is not None:
-                self.shift_planner.update(jobs, self.shapes, counted, decision.links, inputs_at)
+            unrouted, inputs = run(partial(self._begin_step, now))
+            if inputs is None:
+                links = self.paths.links(unrouted)  # new flows only, in one batch
+                inputs = run(partial(self._step_inputs, now, unrouted, links))
+            jobs, snapshot, counted, agents = inputs
+            order, rates = rank(jobs, self.policy, now, self.shapes)  # here: a policy's code may take long
+            c, ranks = run(partial(self._class_ranks, snapshot, order))
+            if ranks is None:
+                class_levels = np.zeros(len(c.job), dtype=np.int8)
+            else:
+                prune_classes = partial(self.pruner, ranks, c.inc_class, c.inc_link, len(snapshot.link_names),
+                                        self.level_map.levels)
+                offloads = getattr(self.pruner, "offloads", None)  # a PruneWorker: wait for it here
+                class_levels = prune_classes() if offloads is not None and offloads(len(c.inc_class)) \
+                    else run(prune_classes)
+            decision = run(partial(self._publish, now, inputs_at, jobs, snapshot, order, rates,
+                                   class_levels, c.cls, counted, agents))
         except Exception as exc:
             with self._lock:
                 self.last_error = f"step at {now:.3f}: {type(exc).__name__}: {exc}"
             self.metrics.step_errors.inc()
             raise
-        with self._lock:
-            self.registry.note_order(decision.order, now)
-            self.last_jobs = jobs
-            self.decision = decision
-            self._decided_at = inputs_at
-            self.epoch += 1
-            self.last_error = None
-            self._published = Published(jobs, decision, len(self.registry.live(now)))
-            self._decided.notify_all()
         for listener in self._listeners:
             listener()
         self.metrics.decisions.inc()
@@ -276,6 +293,65 @@ class Controller:
                 self.enforcement.check(now, decision.links)
             except Exception:  # shown in status (enforcement.error); the decision stands
                 pass
+        return decision
+
+    def _begin_step(self, now: float) -> tuple[list[FlowKey], StepInputs | None]:
+        """A step's first piece: forget stale agents and their flows; the live flows never routed, and
+        when there is none the step's inputs (``_step_inputs``) at once, in the same piece."""
+        with self._lock:
+            self._expire(now)
+            live_hosts = set(self.registry.view(now).hosts)
+            for host in self.flows.hosts():
+                if host not in live_hosts:
+                    self.flows.drop_host(host)
+            self.flows.compact()
+            unrouted = self.flows.unrouted(self.flows.live())
+        return unrouted, None if unrouted else self._step_inputs(now, [], {})
+
+    def _step_inputs(self, now: float, unrouted: list[FlowKey], links: Mapping[FlowKey, Any]) -> StepInputs:
+        """The paths found stored; the jobs, the routed live flows (later arrivals: next step), under
+        CASSINI each flow's job and bytes, and the number of live agents."""
+        with self._lock:
+            if unrouted:
+                self.flows.set_links([(f, links.get(f)) for f in unrouted])
+            self.registry.update_profiling(now)
+            self.registry.sample(now)
+            jobs = self.registry.job_inputs(now)
+            snapshot = self._snapshot
+            if snapshot is None or snapshot.version != self.flows.version:  # the flows changed
+                ids = self.flows.live()
+                snapshot = self._snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])
+            counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
+                if self.shift_planner is not None else {}
+            agents = len(self.registry.view(now).hosts)
+        return jobs, snapshot, counted, agents
+
+    def _class_ranks(self, snapshot: FlowSnapshot, order: list[str] | None
+                     ) -> tuple[FlowClasses, np.ndarray | None]:
+        """The flow classes (kept while the flow table's version stays) and every class's rank in
+        ``order`` (None without an order)."""
+        if self._classes is None or self._classes[0] != snapshot.version:
+            self._classes = (snapshot.version, snapshot_classes(snapshot))  # the flows changed
+        classes = self._classes[1]
+        return classes, None if order is None else class_ranks(order, snapshot, classes)
+
+    def _publish(self, now: float, inputs_at: float, jobs: list[JobInput], snapshot: FlowSnapshot,
+                 order: list[str] | None, rates: dict[str, float | None], class_levels: np.ndarray,
+                 cls: np.ndarray, counted: dict[FlowKey, tuple[str, int]], agents: int) -> Decision:
+        """A step's last piece: the decision (row r of ``snapshot`` at the level of its class ``cls[r]``),
+        the CASSINI plan, and the decision made the current one."""
+        decision = decision_of(order, rates, snapshot, class_levels[cls])
+        if self.shift_planner is not None:
+            self.shift_planner.update(jobs, self.shapes, counted, decision.links, inputs_at)
+        with self._lock:
+            self.registry.note_order(decision.order, now)
+            self.last_jobs = jobs
+            self.decision = decision
+            self._decided_at = inputs_at
+            self.epoch += 1
+            self.last_error = None
+            self._published = Published(jobs, decision, agents)
+            self._decided.notify_all()
         return decision
 
     def run(self, stop: threading.Event, clock: Callable[[], float] = time.time,

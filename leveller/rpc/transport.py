@@ -185,7 +185,8 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
     event loop; Status and Watch run in a pool of ``threads``. ``on_reject(reason)`` is called for each
     refused request ("auth", "invalid" or "identity"). A handler with ``wait_levels`` also serves Watch
     (leveller.rpc.push) to up to ``threads - 4`` agents. With ``tls``, mutual TLS (leveller.rpc.tls);
-    ``secret`` may then be None."""
+    ``secret`` may then be None. A handler with ``use_report_thread`` (the Controller) is given
+    ``LoopServer.call``: its decision steps run their Python pieces on the loop, between reports."""
     if secret is None and tls is None:
         raise ValueError("a shared secret or mutual TLS is required")
     svc = _Service(handler, secret, clock, max_message_bytes, on_reject, tls=tls is not None)
@@ -215,6 +216,9 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
     except BaseException:
         server.stop(grace=None)
         raise
+    use_report_thread = getattr(handler, "use_report_thread", None)
+    if use_report_thread is not None:  # the controller's steps run their Python pieces on the loop
+        use_report_thread(server.call)
     return server, port
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -103,3 +104,45 @@ def test_replies_carry_the_age_of_the_decision_from_when_its_step_read_the_input
     reply = ctl.report(report, 1012.5)
     assert reply.decision_age_s == 2.5 and [f.level for f in reply.flows] == [1]
     assert ctl.status(1012.5)["decision_age_s"] == 2.5
+
+
+class ThreadRecordingPruner:
+    """core.levels.prune that notes the thread it ran on, and says it offloads (as a PruneWorker
+    sending its input to its process) when ``offload`` is set."""
+
+    def __init__(self, offload: bool) -> None:
+        self.offload, self.threads = offload, []
+
+    def offloads(self, pairs: int) -> bool:
+        return self.offload
+
+    def __call__(self, *args: object) -> object:
+        from leveller.core.levels import prune
+
+        self.threads.append(threading.current_thread().name)
+        return prune(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_a_served_controller_prunes_on_the_report_thread_and_waits_for_an_offloading_pruner_in_its_own(
+        offload: bool) -> None:
+    # one thread holding the interpreter: a step's pieces between reports, instead of trading the lock
+    # with the report thread at every numpy call (a 25 ms step took 130-170 ms, reports waited behind it)
+    from leveller.rpc.schema import FlowReport, JobReport, Report
+
+    pruner = ThreadRecordingPruner(offload)
+    ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.5, pruner=pruner)
+    server, _port = serve(ctl, "127.0.0.1:0", SECRET)
+    try:
+        now = time.time()
+        ctl.report(Report("h1", (JobReport("a", 3, now - 10, 1.0),), (FlowReport(FA, "a", 10),)), now)
+        ctl.report(Report("h2", (JobReport("b", 9, now - 10, 1.0),), (FlowReport(FB, "b", 10),)), now)
+        stepper = threading.Thread(target=ctl.step, args=(now,), name="stepper")
+        stepper.start()
+        stepper.join(10)
+        assert ctl.decision is not None and dict(ctl.decision.levels) == {FA: 1, FB: 0}
+        assert pruner.threads == ["stepper" if offload else "grpc-loop"]
+    finally:
+        server.stop(grace=None)
+    ctl.step(now + 0.5)  # the loop gone: the pieces run in the step's thread
+    assert pruner.threads[-1] == threading.current_thread().name
