@@ -158,6 +158,7 @@ class AgentsResult:
     missed_steps: int = 0
     warmup_steps_ms: list[float] = field(default_factory=list)
     controller_cpu: float = 0.0  # cores the controller's process used in the window (with the steps)
+    steal_s: float | None = None  # CPU seconds the host took from this machine in the window (/proc/stat)
     agents_cpu_s: float = 0.0  # CPU seconds of the emulating processes, whole run
 
     def to_json(self) -> dict[str, Any]:
@@ -349,11 +350,14 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
         stepper.start()
         cpu_at_window: float | None = None
         cpu_at_end: float | None = None
+        steal: list[float | None] = []  # at the window's start and end
         while (now := time.time()) < end_at:
             if cpu_at_window is None and now >= window[0]:
                 cpu_at_window = _cpu_s()
+                steal.append(steal_seconds())
             if cpu_at_end is None and now >= window[1]:
                 cpu_at_end = _cpu_s()
+                steal.append(steal_seconds())
             phase = "warm-up" if now < window[0] else "measuring" if now < window[1] else "ending"
             say(f"{count} agents x {flows_per_agent} flows, tau {tau_s:g} s: {phase}, {end_at - now:.0f} s left")
             time.sleep(min(1.0, max(0.05, end_at - now)))
@@ -386,6 +390,8 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
                            f"(e.g. {incomplete[0]}): benchmark invalid")
     result = AgentsResult(count, flows_per_agent, tau_s, duration_s, controller_cpu=controller_cpu,
                           agents_cpu_s=sum(o["cpu_s"] for o in outs))
+    if len(steal) == 2 and steal[0] is not None and steal[1] is not None:
+        result.steal_s = steal[1] - steal[0]
     for o in outs:
         for t, ms, bad in zip(o["sent"], o["latency_ms"], o["failed"]):
             if window[0] <= t < window[1]:
@@ -445,6 +451,24 @@ def _step_loop(ctl: Any, first_tick: float, tau_s: float, until: float, stop: th
         while tick + tau_s <= time.time():  # ticks that passed during the step are not run twice
             out.append((tick, time.time(), float("inf")))
             tick += tau_s
+
+
+def steal_seconds(stat: str | None = None) -> float | None:
+    """CPU seconds the hypervisor ran something else while this machine's CPUs wanted to run (the steal
+    column of /proc/stat's "cpu" line, all CPUs), or None where there is no such column. On the noisy
+    virtual machines of this project it decided the report p99 more than the code did."""
+    import os
+
+    if stat is None:
+        try:
+            with open("/proc/stat") as f:
+                stat = f.readline()
+        except OSError:
+            return None
+    fields = stat.split()
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_s() -> float:

@@ -116,6 +116,7 @@ def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             "detail": {"levels": detail, "report_errors": agents.report_errors, "reports": len(agents.report_ms),
                        "warmup_steps_ms": [round(x, 1) for x in agents.warmup_steps_ms],
                        "controller_cpu": agents.controller_cpu, "agents_cpu_s": agents.agents_cpu_s,
+                       "steal_s": agents.steal_s,
                        "window_s": agents.window_s}}
 
 
@@ -156,6 +157,9 @@ def _print(res: dict[str, Any]) -> None:
                   f"{1e3 * d['controller_cpu'] * d['window_s'] / d['reports']:.2f} ms of CPU per report "
                   "(steps included); "
                   f"emulated agents: {d['agents_cpu_s']:.0f} CPU s in all")
+    if d.get("steal_s") is not None:
+        out.print(f"stolen by the host in the window: {d['steal_s']:.1f} CPU s of {os.cpu_count() or 1} x "
+                  f"{d['window_s']:g} (CPU time the host gave to others: it raises report latency)")
     warm = res["detail"]["warmup_steps_ms"]
     if warm:
         out.print(f"warm-up steps (not measured): {', '.join(f'{x:g}' for x in warm)} ms")

@@ -3,10 +3,12 @@ ticks as an agent keeps them, and a measured window that refuses the start's bac
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.bench.controller_scale import _agent_flows, _ReportBody, next_tick, start_backlog
+from leveller.bench.controller_scale import _agent_flows, _ReportBody, next_tick, start_backlog, steal_seconds
 from leveller.codec import encode
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_to_wire
 
@@ -43,3 +45,12 @@ def test_a_window_whose_first_tau_holds_the_backlog_is_refused() -> None:
     assert start_backlog(two, sent, 100.0, 1.0) is None
     three = [1500.0 if i in (0, 1, 2) else 3.0 for i in range(400)]
     assert start_backlog(three, sent, 100.0, 1.0) is not None
+
+
+def test_steal_is_the_eighth_count_of_the_cpu_line_in_seconds_and_none_without_it() -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal guest guest_nice (jiffies, all CPUs)
+    assert steal_seconds("cpu  1004473 0 478546 3374137 1751 0 58027 29302 0 0\n") == 29302 / tick
+    assert steal_seconds("cpu  10 0 5 30 1 0 2\n") is None  # a kernel without the steal column
+    assert steal_seconds("cpu0 1 2 3 4 5 6 7 8 9 10\n") is None  # one CPU's line, not the total
+    assert steal_seconds() is not None  # this machine's /proc/stat has it
