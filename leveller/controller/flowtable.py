@@ -14,6 +14,7 @@ lock around every call.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from leveller.model.flow import FlowKey
 
 UNKNOWN_PATH = "?unknown-path"  # the one pseudo-link of every flow whose path is unknown
 COMPACT_SLACK = 65536  # dead ids tolerated beyond the live ones before the table is rebuilt
+_FIRST, _SECOND, _KEY_JOB = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(0, 1)
 
 
 class Interner:
@@ -108,10 +110,16 @@ class FlowTable:
         self.version = 0  # changes with the live flows, their jobs or their paths (not with byte counts)
 
     # ---- reports -------------------------------------------------------------------------------
-    def update_host(self, host: str, flows: Iterable[tuple[FlowKey, str]]) -> HostFlows:
-        """Make ``host``'s flows exactly ``flows`` ((key, job) pairs); only the difference is applied."""
-        new = dict(flows)
+    def update_host(self, host: str, flows: Iterable[Sequence[Any]]) -> HostFlows:
+        """Make ``host``'s flows exactly ``flows`` ((key, job, ...) tuples: pairs or FlowReports); only the
+        difference is applied. The common report, the host's last flows in the same order, is told by
+        comparing two lists (its decoded keys are the very objects held: no hashing of 100 keys)."""
+        rows = flows if isinstance(flows, (list, tuple)) else list(flows)
         held = self._hosts.get(host)
+        if (held is not None and len(rows) == len(held.keys) and list(map(_FIRST, rows)) == held.keys
+                and list(map(_SECOND, rows)) == held.jobs):
+            return held
+        new = dict(map(_KEY_JOB, rows))
         old = held.flows if held else {}
         if held is not None and new == old:
             return held

@@ -26,7 +26,6 @@ host's jobs; under every other policy none of that work is done.
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,7 +60,6 @@ from leveller.model.flow import FlowKey
 from leveller.model.limits import MODES
 from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report
 
-_KEY_JOB = operator.itemgetter(0, 1)  # FlowReport -> (key, job)
 T = TypeVar("T")
 StepInputs = tuple[list[JobInput], FlowSnapshot, dict[FlowKey, tuple[str, int]], int]  # Controller._step_inputs
 Runner = Callable[[Callable[[], T]], T]  # runs a function somewhere and returns its result
@@ -128,7 +126,7 @@ class Controller:
             self._expire(now)
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
-            held = self.flows.update_host(report.host, map(_KEY_JOB, report.flows))
+            held = self.flows.update_host(report.host, report.flows)
             if self.enforcement is not None:
                 self.enforcement.observe(report)
             self.metrics.reports.inc(report.host)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 import leveller.controller.flowtable as flowtable
@@ -180,3 +182,37 @@ def test_kept_flow_classes_follow_every_change_of_the_flows() -> None:
     assert dict(ctl.step(NOW).levels) == {a: 1, b: 0, c: 1}
     ctl.report(report("h1", {a: "slow"}, {"slow": 10}), NOW + 4)
     assert dict(ctl.step(NOW + 6).levels) == {a: 1}  # h2 gone: b and c with it, a alone on the link
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]),
+                          st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"])), max_size=6,
+                                   unique_by=lambda kj: kj[0]),
+                          st.booleans()), max_size=12))
+def test_a_report_is_applied_as_the_flows_it_names_whatever_objects_carry_them(
+        reports: list[tuple[str, list[tuple[int, str]], bool]]) -> None:
+    """The table against a plain model (host -> {key: job}): flows live while a host reports them, a flow
+    new to a host takes the job named, the version and the held flows change exactly when a host's do. Keys come
+    as the very objects of the last report (the decoder's fast path), as equal new ones, or reordered."""
+    t = FlowTable(capacity=2)
+    objects = {i: key(i) for i in range(6)}  # the objects a decoder keeps handing out
+    model: dict[str, dict[FlowKey, str]] = {}
+    for host, flows, fresh in reports:
+        pairs = [(key(i) if fresh else objects[i], job) for i, job in flows]
+        rows = [FlowReport(k, j, 7) for k, j in pairs]  # as Controller.report passes them
+        before, version = t.host(host), t.version
+        held = t.update_host(host, rows)
+        was = model.get(host, {})
+        changed = host not in model or was != dict(pairs)
+        model[host] = dict(pairs)
+        assert (t.version != version) == changed
+        assert (held is before) == (before is not None and not changed)
+        assert held.flows == dict(pairs) == dict(zip(held.keys, held.jobs))  # in the held order if only reordered
+        assert held.ids.tolist() == [t.ids[k] for k in held.keys]
+        for k, job in pairs:
+            if was.get(k) != job:  # new to this host or moved to another job: the job it names now
+                assert t.jobs.names[t.job[t.ids[k]]] == job
+        live = {k for fl in model.values() for k in fl}
+        assert {t.keys[i] for i in t.live().tolist()} == live
+        for k in live:
+            assert t.refs[t.ids[k]] == sum(k in fl for fl in model.values())
