@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             "detail": {"levels": detail, "report_errors": agents.report_errors, "reports": len(agents.report_ms),
                        "warmup_steps_ms": [round(x, 1) for x in agents.warmup_steps_ms],
                        "controller_cpu": agents.controller_cpu, "agents_cpu_s": agents.agents_cpu_s,
-                       "steal_s": agents.steal_s,
+                       "steal_s": agents.steal_s, "emulation_nice": agents.emulation_nice,
                        "window_s": agents.window_s}}
 
 
@@ -156,7 +156,8 @@ def _print(res: dict[str, Any]) -> None:
         out.print(f"controller process: {d['controller_cpu']:.2f} cores in the window, about "
                   f"{1e3 * d['controller_cpu'] * d['window_s'] / d['reports']:.2f} ms of CPU per report "
                   "(steps included); "
-                  f"emulated agents: {d['agents_cpu_s']:.0f} CPU s in all")
+                  f"emulated agents: {d['agents_cpu_s']:.0f} CPU s in all, at nice {d['emulation_nice']} "
+                  "(they yield the CPU to the controller)")
     if d.get("steal_s") is not None:
         out.print(f"stolen by the host in the window: {d['steal_s']:.1f} CPU s of {os.cpu_count() or 1} x "
                   f"{d['window_s']:g} (CPU time the host gave to others: it raises report latency)")

@@ -8,7 +8,16 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.bench.controller_scale import _agent_flows, _ReportBody, next_tick, start_backlog, steal_seconds
+from leveller.bench.controller_scale import (
+    EMULATION_NICE,
+    _agent_flows,
+    _agents_child,
+    _ReportBody,
+    _spawn,
+    next_tick,
+    start_backlog,
+    steal_seconds,
+)
 from leveller.codec import encode
 from leveller.rpc.schema import FlowReport, JobReport, Report, report_to_wire
 
@@ -54,3 +63,22 @@ def test_steal_is_the_eighth_count_of_the_cpu_line_in_seconds_and_none_without_i
     assert steal_seconds("cpu  10 0 5 30 1 0 2\n") is None  # a kernel without the steal column
     assert steal_seconds("cpu0 1 2 3 4 5 6 7 8 9 10\n") is None  # one CPU's line, not the total
     assert steal_seconds() is not None  # this machine's /proc/stat has it
+
+
+def test_the_emulated_agents_yield_the_cpu_to_the_controller() -> None:
+    """The emulating processes run niced: on a cluster the agents are other hosts, here they would take
+    the CPU the measured controller needs (its report p50 went from 20-106 ms to 505-691 ms)."""
+    ctx = _spawn()
+    parent, child = ctx.Pipe(duplex=False)
+    # no agent and a window already over: the child only sets itself up and answers
+    proc = ctx.Process(target=_agents_child, args=("127.0.0.1:9", [], 1, 1, 1, 0.0, 1.0, 0.0, child))
+    proc.start()
+    child.close()
+    try:
+        assert parent.poll(60), "the emulating process did not answer"
+        status, out = parent.recv()
+    finally:
+        proc.join(10)
+    assert status == "ok", out
+    assert out["nice"] == min(19, os.nice(0) + EMULATION_NICE) and out["nice"] > os.nice(0)
+    assert os.nice(0) < 19  # this process is not the niced one
