@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import resource
 import statistics
 import threading
@@ -189,7 +190,6 @@ def _agents_child(address: str, indices: list[int], count: int, per_agent: int, 
                   tau_s: float, until: float, conn: Any) -> None:
     try:
         import gc
-        import os
 
         from leveller.bench.workload import generate
 
@@ -391,18 +391,16 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
         server.stop(grace=None)
         pacer.uninstall()
         pruner.close()
+    stolen = steal[1] - steal[0] if len(steal) == 2 and steal[0] is not None and steal[1] is not None else None
     incomplete = sorted(h for o in outs for h in o["incomplete"])
     errors = [o["first_error"] for o in outs if o["first_error"]]
-    if incomplete and errors:
-        raise RuntimeError(f"{len(incomplete)} agents got no level for some of their flows; a report "
-                           f"failed with {errors[0]}: benchmark invalid")
     if incomplete:
-        raise RuntimeError(f"{len(incomplete)} agents got no level for some of their flows "
-                           f"(e.g. {incomplete[0]}): benchmark invalid")
+        why = f"a report failed with {errors[0]}" if errors else f"e.g. {incomplete[0]}"
+        raise RuntimeError(f"{len(incomplete)} agents got no level for some of their flows ({why}): benchmark "
+                           f"invalid{machine_load(controller_cpu, stolen, duration_s, os.cpu_count() or 1)}")
     result = AgentsResult(count, flows_per_agent, tau_s, duration_s, controller_cpu=controller_cpu,
-                          agents_cpu_s=sum(o["cpu_s"] for o in outs), emulation_nice=min(o["nice"] for o in outs))
-    if len(steal) == 2 and steal[0] is not None and steal[1] is not None:
-        result.steal_s = steal[1] - steal[0]
+                          agents_cpu_s=sum(o["cpu_s"] for o in outs), emulation_nice=min(o["nice"] for o in outs),
+                          steal_s=stolen)
     for o in outs:
         for t, ms, bad in zip(o["sent"], o["latency_ms"], o["failed"]):
             if window[0] <= t < window[1]:
@@ -425,6 +423,15 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
     if not result.report_ms or not result.step_ms:
         raise RuntimeError("no report or no step in the measured window: benchmark invalid")
     return result
+
+
+def machine_load(controller_cores: float, stolen_s: float | None, window_s: float, cpus: int) -> str:
+    """What an invalid agents run tells of the machine: the controller's cores and the CPU time the host
+    stole in the window (a saturated machine queues reports past the agents' timeout, whatever the code)."""
+    if stolen_s is None:
+        return f" (the controller used {controller_cores:.2f} cores in the window)"
+    return (f" (in the window the controller used {controller_cores:.2f} cores and the host stole {stolen_s:.1f} "
+            f"of {cpus} x {window_s:g} CPU s; on a machine this busy, fewer --agents or a quieter time)")
 
 
 def next_tick(t: float, tau_s: float, now: float) -> float:
@@ -468,8 +475,6 @@ def steal_seconds(stat: str | None = None) -> float | None:
     """CPU seconds the hypervisor ran something else while this machine's CPUs wanted to run (the steal
     column of /proc/stat's "cpu" line, all CPUs), or None where there is no such column. On the noisy
     virtual machines of this project it decided the report p99 more than the code did."""
-    import os
-
     if stat is None:
         try:
             with open("/proc/stat") as f:

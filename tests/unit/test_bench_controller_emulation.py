@@ -14,6 +14,7 @@ from leveller.bench.controller_scale import (
     _agents_child,
     _ReportBody,
     _spawn,
+    machine_load,
     next_tick,
     start_backlog,
     steal_seconds,
@@ -82,3 +83,9 @@ def test_the_emulated_agents_yield_the_cpu_to_the_controller() -> None:
     assert status == "ok", out
     assert out["nice"] == min(19, os.nice(0) + EMULATION_NICE) and out["nice"] > os.nice(0)
     assert os.nice(0) < 19  # this process is not the niced one
+
+
+def test_an_invalid_run_says_how_busy_the_machine_was() -> None:
+    said = machine_load(0.86, 10.8, 20.0, 2)
+    assert "0.86 cores" in said and "stole 10.8 of 2 x 20 CPU s" in said and "--agents" in said
+    assert machine_load(0.5, None, 20.0, 2) == " (the controller used 0.50 cores in the window)"
