@@ -110,9 +110,13 @@ def test_a_job_with_slack_yields_in_its_window_keeps_its_rate_and_the_other_job_
     assert ovl_sent[0] >= 0.35 * (ovl_sent[0] + ovl_sent[top_level])
     # A's communication still ends (nearly) within its compute: A's window is exactly the time it
     # can wait, so the agent's reaction time and TCP's ramp come out of A's compute (A lost 0.03-0.08
-    # in 30 s runs). B gains what A yields (+0.17 to +0.20 in 30 s runs; +0.054 in CI's slow 20 s
-    # run), and the minimum R, what LEVELLER levels, rises with it.
+    # in 30 s runs). B gains what A yields: with the rule B measured 0.776-0.814 in every run (quiet, two
+    # burners, hosts stealing an eighth to a third of the CPU), without it 0.605-0.71 mostly but 0.746,
+    # 0.778 and 0.805 in single runs, so a fixed gain over the run without the rule (once +0.04) failed
+    # by chance twice on stolen hosts (+0.037, +0.036). Asserted: B reaches what the rule gives and never
+    # less than without it, and so does the minimum R, what LEVELLER levels; a rule that does nothing on the
+    # wire fails the queue check above whatever R does.
     assert ovl["ja"] >= plain["ja"] - 0.15 and ovl["ja"] >= 0.80
-    assert ovl["jb"] >= plain["jb"] + 0.04
-    assert min(ovl.values()) >= min(plain.values()) + 0.04
+    assert ovl["jb"] >= 0.72 and ovl["jb"] >= plain["jb"]
+    assert min(ovl.values()) >= 0.72 and min(ovl.values()) >= min(plain.values())
     assert not [ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-")]

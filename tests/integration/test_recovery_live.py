@@ -40,7 +40,9 @@ def test_cumulative_r_repays_the_deficit_decayed_r_forgets_it() -> None:
                                           f"after {r['j1_first_after']:.2f}" for run, r in zip(runs, rows)))
     cum, dec = runs
     for run, row in zip(runs, rows):
-        assert row["starved_iterations"] <= 1  # the flood really starved j1 (about 17 iterations else)
+        # the flood really starved j1 (about 17 iterations else; 0-1 quiet, 3 once on a host stealing an
+        # eighth of the CPU, where the flood's sender itself waited for the CPU)
+        assert row["starved_iterations"] <= 4
         # before the flood the pair runs, neither job stalled (0.857 in the model; live 0.63-0.80 under two
         # CPU burners, 0.75 quiet), and LEVELLER takes turns (j1 first in 0.57-0.60 of the decisions):
         # neither job holds the top level throughout, as a static priority (Crux) or a stuck ranking would
