@@ -114,12 +114,13 @@ class FlowTable:
         """Make ``host``'s flows exactly ``flows`` ((key, job, ...) tuples: pairs or FlowReports); only the
         difference is applied. The common report, the host's last flows in the same order, is told by
         comparing two lists (its decoded keys are the very objects held: no hashing of 100 keys)."""
-        rows = flows if isinstance(flows, (list, tuple)) else list(flows)
         held = self._hosts.get(host)
-        if (held is not None and len(rows) == len(held.keys) and list(map(_FIRST, rows)) == held.keys
-                and list(map(_SECOND, rows)) == held.jobs):
-            return held
-        new = dict(map(_KEY_JOB, rows))
+        if held is not None:  # a host new to the table (a whole levels file in decide()) has nothing to compare
+            flows = flows if isinstance(flows, (list, tuple)) else list(flows)
+            if (len(flows) == len(held.keys) and list(map(_FIRST, flows)) == held.keys
+                    and list(map(_SECOND, flows)) == held.jobs):
+                return held
+        new = dict(map(_KEY_JOB, flows))
         old = held.flows if held else {}
         if held is not None and new == old:
             return held
