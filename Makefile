@@ -40,10 +40,13 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # The unit tests on both cores (pytest-xdist: 195 s -> 133 s here), then the integration tests one at a
-# time: they measure live systems on the machine's CPUs and must not share them with each other.
+# time: they measure live systems on the machine's CPUs and must not share them with each other. A failed
+# integration test runs once more (pytest-rerunfailures, like Open vSwitch's `make check RECHECK=yes`);
+# failing twice fails the run, and every rerun is listed with its first failure (a defect to fix). Unit
+# tests never rerun.
 test: setup lint
 	$(PY) -m pytest -q -ra -n 2 tests/unit
-	$(PY) -m pytest -q -ra --durations=25 --ignore=tests/unit
+	$(PY) -m pytest -q -ra --durations=25 --reruns 1 --ignore=tests/unit
 
 # The live suite three times, each under two CPU burners (about 50 minutes; not part of `make test`)
 test-under-load: setup
