@@ -88,6 +88,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from leveller.commands.options import add_rate_options
 
     add_rate_options(parser, "seconds (>= --tau)", "rank")
+    from leveller.commands.options import add_switching_options
+    from leveller.core.switching import DEFAULT
+
+    add_switching_options(parser, "seconds", DEFAULT.delta, DEFAULT.dwell)
     parser.add_argument("--job-weight", action="append", default=[], metavar="JOB=W",
                         help="operator weight of a job: leveller ranks by R / W, so weight 4 keeps a job "
                         "ahead until its R is 4 times the others' (default 1 = the paper; wins over a "
@@ -155,6 +159,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
     shapes = dict(parse_job_shape(s) for s in args.job_shape)
     window_s, half_life_s = check_rate_options(args)
+    from leveller.commands.options import switching_rule
+
+    switching = switching_rule(args)
     from leveller.commands.options import parse_weights
 
     weights = parse_weights(args.job_weight)
@@ -181,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
                      rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode,
                      gc_pacer=GcPacer().install(),  # this process is the controller's: see gcpacing
-                     pruner=pruner)
+                     pruner=pruner, switching=switching)
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from leveller.errors import UserError
 from leveller.jobs.logline import check_job_name
+
+if TYPE_CHECKING:
+    from leveller.core.switching import SwitchRule
 
 
 def add_rate_options(parser: argparse.ArgumentParser, unit: str, subject: str = "leveller ranks") -> None:
@@ -17,6 +21,36 @@ def add_rate_options(parser: argparse.ArgumentParser, unit: str, subject: str = 
     parser.add_argument("--rate-half-life", metavar="S",
                         help=f"{subject} by R from iterations and time decayed with half-life S {unit} "
                         "(e.g. --rate-half-life 10)")
+
+
+def add_switching_options(parser: argparse.ArgumentParser, unit: str, delta: float = 0.0, dwell: float = 0.0,
+                          floor: float | None = None) -> None:
+    """--switch-delta / --switch-dwell (leveller.core.switching), and --floor when ``floor`` is given: when
+    the order of jobs may change, and the share a queue below the top keeps."""
+    parser.add_argument("--switch-delta", type=float, default=delta, metavar="D",
+                        help="hysteresis: a job moves ahead of one it was behind only when its R is lower by more "
+                        f"than D (default {delta:g}; 0 = the paper), e.g. --switch-delta 0.02")
+    parser.add_argument("--switch-dwell", type=float, default=dwell, metavar="S",
+                        help=f"dwell: a job that moved ahead keeps its place for at least S {unit}, so the top of "
+                        f"a contention group changes at most once per S (default {dwell:g}; 0 = the paper), "
+                        "e.g. --switch-dwell 2")
+    if floor is not None:
+        parser.add_argument("--floor", type=float, default=floor, metavar="F",
+                            help="share of a link every priority queue below the top keeps while it has traffic "
+                            f"(default {floor:g}; 0 = the paper's pure strict priority), e.g. --floor 0.05")
+
+
+def switching_rule(args: argparse.Namespace) -> SwitchRule:
+    """The SwitchRule of --switch-delta / --switch-dwell; UserError naming the option otherwise."""
+    import math
+
+    from leveller.core.switching import SwitchRule
+
+    for option, value, top in (("--switch-delta", args.switch_delta, 1.0),
+                               ("--switch-dwell", args.switch_dwell, 86400.0)):
+        if not (math.isfinite(value) and 0 <= value <= top):
+            raise UserError(f"{option} {value:g}: allowed is 0..{top:g} (0 = the paper's rule)")
+    return SwitchRule(float(args.switch_delta), float(args.switch_dwell))
 
 
 def _duration(option: str, text: str | None) -> Fraction | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -81,6 +82,14 @@ def parse_starve(text: str, jobs: int) -> Any:
     return Starve(job - 1, start, start + length)
 
 
+def _floor(value: float, levels: int) -> Fraction:
+    """--floor as an exact fraction: 0 <= F and (K - 1) x F < 1, K the levels in use."""
+    if not (math.isfinite(value) and value >= 0 and value * (levels - 1) < 1):
+        raise UserError(f"--floor {value:g}: allowed is 0 <= F with (K - 1) x F < 1 for K = {levels} levels "
+                        "(e.g. --floor 0.05; 0 = the paper's pure strict priority)")
+    return Fraction(value).limit_denominator(10**6)
+
+
 def check_positive(option: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise UserError(f"{option} must be an integer >= 1, got {value}")
@@ -98,6 +107,7 @@ def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
         "cycles": cycles,
         "horizon": float(result.horizon),
         "events": result.events,
+        "top_job_changes": result.top_job_changes,
     }
 
 
@@ -146,9 +156,11 @@ def run_link(args: argparse.Namespace) -> int:
         jobs = list(PRESETS[args.preset])
     else:
         raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
-    from leveller.commands.options import rate_options
+    from leveller.commands.options import rate_options, switching_rule
 
     window, half_life = rate_options(args)
+    switching = switching_rule(args)
+    floor = _floor(args.floor, args.levels or len(jobs))
     starve = [parse_starve(text, len(jobs)) for text in args.starve]
     policy = make_policy(args.policy, tau)
     bound = check_budget(jobs, args.cycles, policy.tau, args.max_events, len(starve))
@@ -157,7 +169,7 @@ def run_link(args: argparse.Namespace) -> int:
         lambda on_progress: simulate_link(jobs, policy, cycles=args.cycles, levels=args.levels,
                                           record_until=until if args.timeline else Fraction(0),
                                           on_progress=on_progress, rate_window=window, rate_half_life=half_life,
-                                          starve=starve), bound)
+                                          starve=starve, switching=switching, floor=floor), bound)
     if args.timeline:
         from leveller.sim.timeline import plot_timelines
 
@@ -167,6 +179,7 @@ def run_link(args: argparse.Namespace) -> int:
         out = result_json(result, tau, args.cycles)
         out["rate_window"] = None if window is None else float(window)
         out["rate_half_life"] = None if half_life is None else float(half_life)
+        out["switching"] = {"delta": switching.delta, "dwell": switching.dwell, "floor": float(floor)}
         if args.timeline:
             out["timeline"] = str(args.timeline)
         print(json.dumps(out))
@@ -193,7 +206,7 @@ def no_simulator(args: argparse.Namespace) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from leveller.commands.options import add_rate_options
+    from leveller.commands.options import add_rate_options, add_switching_options
 
     parser.set_defaults(func=no_simulator)
     sub = parser.add_subparsers(dest="simulator", metavar="SIMULATOR")
@@ -214,6 +227,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help=f"refuse a run that could take more than N events (default {DEFAULT_MAX_EVENTS:,}; "
                       "see 'Event budget' above)")
     add_rate_options(link, "time units")
+    add_switching_options(link, "time units", floor=0.0)
     link.add_argument("--starve", action="append", default=[], metavar="J:START:LEN",
                       help="job J (1-based) cannot communicate for LEN time units from START, as if an "
                       "unmanaged flow held a link only J uses (e.g. --starve 1:60:30); repeatable")

@@ -142,9 +142,10 @@ def run_network(args: argparse.Namespace) -> int:
     duration = parse_seconds("--duration", args.duration, allow_zero=False)
     if args.seed is not None and args.seed < 0:
         raise UserError(f"--seed = {args.seed} is invalid; an integer >= 0")
-    from leveller.commands.options import rate_options
+    from leveller.commands.options import rate_options, switching_rule
 
     window, half_life = rate_options(args)
+    switching = switching_rule(args)
     net, jobs, placer = prepare(args)
     disturbances = [parse_disturb(text, net) for text in args.disturb]
     if duration is None and any(j.iterations is None for j in jobs):
@@ -154,7 +155,7 @@ def run_network(args: argparse.Namespace) -> int:
     results = []
     for name in policies:
         policy = make_net_policy(name, tau or 0.0, None if window is None else float(window),
-                                 None if half_life is None else float(half_life))
+                                 None if half_life is None else float(half_life), switching)
         with progress_bar(name, duration, enabled=not args.no_progress) as tick:
             sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
                              progress=tick, disturbances=disturbances)
@@ -249,9 +250,10 @@ def configure(link_parent: argparse._SubParsersAction) -> None:
     p.add_argument("--tau", default="0", metavar="S",
                    help="leveller re-ranking period in s; 0 = at every iteration end (default 0)")
     p.add_argument("--duration", metavar="S", help="simulated seconds (default: until every job finished)")
-    from leveller.commands.options import add_rate_options
+    from leveller.commands.options import add_rate_options, add_switching_options
 
     add_rate_options(p, "seconds")
+    add_switching_options(p, "seconds")
     p.add_argument("--disturb", action="append", default=[], metavar="LINK:START:SECONDS",
                    help="an unmanaged top-priority flow holds directed link LINK for SECONDS from START "
                    "(e.g. --disturb h1>s1:60:30); repeatable")

@@ -26,7 +26,7 @@ from leveller.model.flow import FlowKey
 from leveller.model.shape import JobShape
 
 __all__ = ["UNKNOWN_PATH", "Decision", "FlowClasses", "JobInput", "JobShape", "class_ranks", "decide",
-           "decide_snapshot", "decision_of", "job_rate", "snapshot_classes"]
+           "decide_snapshot", "decision_of", "job_rate", "job_views", "snapshot_classes"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
 
 
@@ -123,6 +123,12 @@ def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
     """(policy order, R per job) at ``now``. ``shapes`` gives GPUs / compute / communication per job,
     which Crux ranks by."""
     rates = {j.name: job_rate(j, now) for j in jobs}
+    return policy.order(job_views(jobs, rates, shapes)), rates
+
+
+def job_views(jobs: Sequence[JobInput], rates: Mapping[str, float | None],
+              shapes: Mapping[str, JobShape] | None = None) -> list[JobView]:
+    """What the policy sees of each job: R (0 for a job waiting to be profiled), weight, shape."""
     shapes = shapes or {}
     views = []
     for j in jobs:
@@ -131,7 +137,7 @@ def rank(jobs: Sequence[JobInput], policy: Policy, now: float,
         views.append(JobView(j.name, rate=rate, profiling=j.profiling, weight=j.weight,
                              gpus=shape.gpus if shape else 1, compute=shape.compute if shape else None,
                              comm=shape.comm if shape else None))
-    return policy.order(views), rates
+    return views
 
 
 Pruner = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], np.ndarray]  # core.levels.prune's signature

@@ -43,6 +43,7 @@ from leveller.controller.decide import (
     Pruner,
     class_ranks,
     decision_of,
+    job_views,
     rank,
     snapshot_classes,
 )
@@ -56,6 +57,7 @@ from leveller.controller.shifts import ShiftPlanner
 from leveller.core.levels import prune
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, forget, switch_order
 from leveller.model.flow import FlowKey
 from leveller.model.limits import MODES
 from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report
@@ -77,7 +79,7 @@ class Controller:
                  monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
                  rate_window: float | None = None, rate_half_life: float | None = None,
                  drift_tolerance: float | None = None, mode: str = "enforce", gc_pacer: GcPacer | None = None,
-                 pruner: Pruner = prune) -> None:
+                 pruner: Pruner = prune, switching: SwitchRule = PAPER) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -118,6 +120,8 @@ class Controller:
         self._classes: tuple[int, FlowClasses] | None = None  # (flow table version, its classes)
         self._snapshot: FlowSnapshot | None = None  # the last step's, kept while the table's version stays
         self._run: Runner[Any] = _here  # where a step's Python pieces run (use_report_thread)
+        self.switching = switching  # hysteresis and dwell of the order (leveller.core.switching)
+        self._switch_memory = SwitchMemory()  # touched by steps only (one at a time)
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
     # ---- RPC handler ---------------------------------------------------------------------------
@@ -266,6 +270,10 @@ class Controller:
                 inputs = run(partial(self._step_inputs, now, unrouted, links))
             jobs, snapshot, counted, agents = inputs
             order, rates = rank(jobs, self.policy, now, self.shapes)  # here: a policy's code may take long
+            if not self.switching.is_paper:
+                memory = forget(self._switch_memory, {j.name for j in jobs}, now, self.switching)
+                order, self._switch_memory = switch_order(order, job_views(jobs, rates, self.shapes), memory, now,
+                                                          self.switching)
             c, ranks = run(partial(self._class_ranks, snapshot, order))
             if ranks is None:
                 class_levels = np.zeros(len(c.job), dtype=np.int8)

@@ -51,6 +51,8 @@ class LiveSettings:
     alone_s: float = 10.0  # profiling run per job shape
     levels: int = LEVELS  # switch priority levels the controller uses (the testbed's queues)
     overlap: bool = False  # agents apply the overlap rule (jobs with slack announce their windows)
+    controller_args: tuple[str, ...] = ()  # more `leveller controller` flags (e.g. the switching rule)
+    agent_args: tuple[str, ...] = ()  # more `leveller agent` flags (e.g. phase-aligned demotion)
 
 
 @dataclass
@@ -208,7 +210,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
                     "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json", "--duration", bound)
     for j in jobs:
         ctl_argv += ["--job-shape", j.shape]
-    ctl_argv += list(controller_args)
+    ctl_argv += [*settings.controller_args, *controller_args]
     logs = {j.name: work / f"{j.name}.log" for j in jobs}
     with contextlib.ExitStack() as stack:
         ctl_out = work / "controller.jsonl"
@@ -223,6 +225,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
                         "--duration", bound, "--json", "--shift-dir", str(work))
             if settings.overlap:
                 argv.append("--overlap")
+            argv += settings.agent_args
             for j in mine:
                 argv += ["--log", str(logs[j.name]), "--job-ports", j.ports]
                 if declare_ideal:

@@ -35,6 +35,7 @@ from fractions import Fraction
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import Number, Sample, history_horizon, progress_rate, trim_history
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, switch_order, top_changed
 
 LINK = "link"
 
@@ -93,6 +94,7 @@ class LinkResult:
     segments: tuple[Segment, ...] = field(default=(), repr=False)
     events: int = 0
     ends: tuple[tuple[Fraction, ...], ...] = field(default=(), repr=False)  # iteration end times per job
+    top_job_changes: int = 0  # re-rankings that changed the first job of the order
 
     @property
     def min(self) -> Fraction:
@@ -133,6 +135,8 @@ def simulate_link(
     rate_half_life: Fraction | None = None,
     starve: Sequence[Starve] = (),
     record_ends: bool = False,
+    switching: SwitchRule = PAPER,
+    floor: Fraction = Fraction(0),
 ) -> LinkResult:
     """Run until ``cycles`` x the longest ideal iteration; R_j = N_j * T_j / horizon.
 
@@ -142,6 +146,10 @@ def simulate_link(
     events and once at the end (1.0). ``rate_window`` / ``rate_half_life``: the R the
     policy ranks by (see leveller.core.rate); the reported rates stay cumulative.
     ``starve``: disturbances (see Starve). ``record_ends``: keep iteration end times.
+    ``switching``: hysteresis and dwell of the order (leveller.core.switching; default the paper's:
+    none). ``floor``: the share of the link every sending level below the highest sending one keeps
+    (split equally among its jobs; the highest gets the rest): a switch queue's guaranteed rate under
+    strict priority; 0 = the paper's pure strict priority.
     """
     if not jobs:
         raise ValueError("need at least one job")
@@ -151,6 +159,9 @@ def simulate_link(
     k = n if levels is None else levels
     if k < 1:
         raise ValueError(f"levels K must be >= 1, got {k}")
+    floor = Fraction(floor)
+    if not 0 <= floor * (k - 1) < 1:
+        raise ValueError(f"floor = {floor} is invalid; 0 <= floor and (K - 1) x floor < 1 (K = {k})")
     for d in starve:
         if not 0 <= d.job < n:
             raise ValueError(f"starvation of job index {d.job}: there are {n} jobs")
@@ -172,14 +183,22 @@ def simulate_link(
     def starved(i: int, now: Fraction) -> bool:
         return any(d.job == i and d.start <= now < d.end for d in starve)
 
+    memory = SwitchMemory()
+    changes = 0
+    last_order: list[str] | None = None
+
     def rerank(now: Fraction) -> list[int]:
+        nonlocal memory, changes, last_order
         views = [
             JobView(name=names[i], rate=progress_rate(iters[i], ideal[i], 0, now, history[i], rate_window,
                                                       rate_half_life), gpus=jobs[i].gpus,
                     compute=jobs[i].compute, comm=jobs[i].comm)
             for i in range(n)
         ]
-        lv = assign_levels(policy.order(views), flows, k)
+        order, memory = switch_order(policy.order(views), views, memory, float(now), switching)
+        changes += top_changed(last_order, order)
+        last_order = order
+        lv = assign_levels(order, flows, k)
         return [lv[name] for name in names]
 
     def record(i: int, kind: str, start: Fraction, end: Fraction) -> None:
@@ -205,11 +224,14 @@ def simulate_link(
         share = [Fraction(0)] * n
         active = [i for i in range(n) if sending[i] and not (starve and starved(i, t))]
         if active:
-            top = max(level[i] for i in active)
-            winners = [i for i in active if level[i] == top]
-            r = Fraction(1, len(winners))
-            for i in winners:
-                share[i] = r
+            by_level: dict[int, list[int]] = {}
+            for i in active:
+                by_level.setdefault(level[i], []).append(i)
+            top = max(by_level)
+            for lv_, members in by_level.items():
+                part = (1 - floor * (len(by_level) - 1)) if lv_ == top else floor
+                for i in members:
+                    share[i] = part / len(members)
         dt = horizon - t
         for i in range(n):
             if not sending[i]:
@@ -259,4 +281,4 @@ def simulate_link(
     rates = tuple(Fraction(iters[i]) * ideal[i] / horizon for i in range(n))
     segments = tuple(Segment(s[0], s[1], s[2], s[3]) for s in segs)
     return LinkResult(policy.name, tuple(jobs), horizon, tuple(iters), rates, segments, events,
-                      tuple(tuple(e) for e in ends) if record_ends else ())
+                      tuple(tuple(e) for e in ends) if record_ends else (), changes)

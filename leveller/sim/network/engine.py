@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from leveller.core.switching import SwitchMemory, forget, top_changed
 from leveller.sim.network.group import Group
 from leveller.sim.network.jobs import JobSpec
 from leveller.sim.network.policies import NetPolicy
@@ -73,6 +74,7 @@ class SimResult:
     gpu_utilization: float
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     link_utilization: dict[str, float] = field(default_factory=dict)
+    top_job_changes: int = 0  # re-rankings of a contention group that changed its first job
 
     @property
     def rates(self) -> list[float]:
@@ -94,6 +96,7 @@ class SimResult:
             "sim_seconds": self.sim_seconds,
             "events": self.events,
             "wall_seconds": self.wall_seconds,
+            "top_job_changes": self.top_job_changes,
         }
 
 
@@ -124,6 +127,8 @@ class Simulation:
         self.groups: list[Group] = []
         self.group_of: dict[str, Group] = {}
         self.events = 0
+        self.top_job_changes = 0
+        self.switch_memory = SwitchMemory()
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.carried = np.zeros(len(net.links))
         for d in disturbances:
@@ -231,6 +236,9 @@ class Simulation:
         for g in self.groups:
             g.version += 1  # invalidate heap entries
         self.groups = [Group(m, self.net.capacity, t, self.policy.overlap) for m in members.values()]
+        rule = getattr(self.policy, "switching", None)
+        if rule is not None and self.switch_memory.order:  # finished jobs leave the rule's memory
+            self.switch_memory = forget(self.switch_memory, set(self.running), t, rule)
         self.group_of = {j.name: g for g in self.groups for j in g.jobs}
 
     def tick(self, t: float) -> None:
@@ -250,9 +258,13 @@ class Simulation:
         if len(g.jobs) < 2 and not force:
             return False
         order = self.policy.order(t, g.jobs)
+        switched = getattr(self.policy, "switched", None)  # hysteresis and dwell (leveller.core.switching)
+        if switched is not None and order is not None:
+            order, self.switch_memory = switched(t, g.jobs, order, self.switch_memory)
         key = None if order is None else tuple(order)
         if not force and key == g.last_order:
             return False
+        self.top_job_changes += top_changed(g.last_order, key)
         g.last_order = key
         if force and g.quiet_flows:
             g.set_levels(self.policy.levels(order, g.jobs, g.quiet_flows, self.k))
@@ -370,4 +382,5 @@ class Simulation:
         used = np.flatnonzero(self.carried)
         links = {self.net.links[i]: float(self.carried[i] / (self.net.capacity[i] * end)) for i in used} \
             if end > 0 else {}
-        return SimResult(self.policy.name, outcomes, end, self.events, wall, util, self.samples, links)
+        return SimResult(self.policy.name, outcomes, end, self.events, wall, util, self.samples, links,
+                         self.top_job_changes)

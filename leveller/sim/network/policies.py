@@ -20,6 +20,7 @@ from typing import Protocol
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, switch_order
 from leveller.model.limits import POLICIES
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
@@ -75,10 +76,20 @@ class RankedPolicy:
     overlap: bool = False
     rate_window: float | None = None  # R over the last S seconds (leveller.core.rate)
     rate_half_life: float | None = None  # R decayed with this half-life
+    switching: SwitchRule = PAPER  # hysteresis and dwell of the order (leveller.core.switching)
 
     @property
     def name(self) -> str:
         return self.core.name
+
+    def switched(self, now: float, jobs: Sequence[RunJob], order: list[str], memory: SwitchMemory
+                 ) -> tuple[list[str], SwitchMemory]:
+        """``order`` (of ``jobs``, one contention group) after the switching rule, and the rule's memory."""
+        if self.switching.is_paper:
+            return order, memory
+        out, memory = switch_order(order, job_views(now, jobs, self.rate_window, self.rate_half_life), memory,
+                                   now, self.switching)
+        return out or order, memory
 
     @property
     def tau(self) -> float | None:
@@ -101,14 +112,15 @@ class RankedPolicy:
 
 
 def make_net_policy(name: str, tau: float = 0.0, rate_window: float | None = None,
-                    rate_half_life: float | None = None) -> NetPolicy:
+                    rate_half_life: float | None = None, switching: SwitchRule = PAPER) -> NetPolicy:
     """The policy called ``name``; ``tau`` is leveller's re-ranking period (0 = every iteration end),
-    ``rate_window`` / ``rate_half_life`` the R it ranks by (default: the paper's cumulative R)."""
+    ``rate_window`` / ``rate_half_life`` the R it ranks by (default: the paper's cumulative R),
+    ``switching`` its hysteresis and dwell (default: the paper's, none)."""
     if name == "fair":
         return RankedPolicy(FairPolicy())
     if name == "leveller":
         return RankedPolicy(LevellerPolicy(tau=tau), overlap=True, rate_window=rate_window,
-                            rate_half_life=rate_half_life)
+                            rate_half_life=rate_half_life, switching=switching)
     if name == "crux":
         from leveller.sim.network.baselines import CruxNet
 
