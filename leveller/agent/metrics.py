@@ -16,7 +16,7 @@ LOG_EVERY_S = 10.0  # per field: the first rejection is logged at once, then one
 
 
 class AgentMetrics:
-    """Counters for reports, lease expiries, failovers and skipped input; the lease left and the active
+    """Counters for reports, lease expiries, failovers, demotions and skipped input; the lease left and the active
     controller as gauges."""
 
     def __init__(self) -> None:
@@ -33,6 +33,10 @@ class AgentMetrics:
                                 "address), 0 for one it left", ["address"], registry=r)
         self.failovers = PromCounter("leveller_agent_failovers", "moves to another controller after the active one "
                                      "failed to answer", registry=r)
+        self.demotions = PromCounter("leveller_agent_demotions", "flows moved to a lower level with phase-aligned "
+                                     "demotion, by outcome (immediate: the flow was idle; deferred: it started "
+                                     "waiting for its phase to end; phase_end / deadline: a waiting one applied "
+                                     "because the phase ended / its wait ran out)", ["outcome"], registry=r)
         self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
                                 "(0: none)", registry=r)
 

@@ -16,7 +16,12 @@ Two local extras: with ``overlap`` (leveller.agent.overlap) the agent demotes a 
 flows to the lowest level while the job's announced communication can wait, and
 restores the controller's level after (within the same lease: a demotion never
 extends it); with ``shift_files`` (leveller.agent.shifts) the CASSINI shift orders of
-a reply go to the jobs.
+a reply go to the jobs; with ``demotion`` (leveller.agent.demotion) a flow's demotion waits until
+its communication phase has ended (its byte counter stopped growing, or its job logged an iteration
+end), at most the demotion's wait bound and never past the lease of the level it keeps, while a
+promotion applies at once: a TCP flow demoted mid-transfer would lose its ACK clock and stall on a
+retransmission timeout; with ``rto_routes`` (leveller.agent.rto_min) the routes toward the job
+peers get a lower TCP RTO minimum while the agent lives.
 
 With several controllers (leveller.rpc.failover), a report may be answered by
 another controller than the one behind the current levels. Its first decisions
@@ -40,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from leveller.agent.demotion import DEFAULT_QUIET_S, FlowActivity, PhaseDemotion, Plan
 from leveller.agent.lease import Lease
 from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.overlap import OverlapWindows
@@ -80,6 +86,14 @@ class ShiftSink(Protocol):
     def close(self) -> None: ...
 
 
+class PeerSink(Protocol):
+    """Takes the addresses this host's job flows go to (leveller.agent.rto_min.RtoMinGuard)."""
+
+    def update(self, peers: Iterable[str]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class NoFlows:
     """Flow source for hosts without a datapath: progress is reported, no flows."""
 
@@ -111,6 +125,7 @@ class StepResult:
     controller: str | None = None  # the address that answered (a FailoverClient's active controller)
     waiting: bool = False  # a controller new to us answered with a decision made before it knew us: levels kept
     mode: str = "enforce"  # the controller's mode ("shadow": its levels were not applied)
+    held: int = 0  # flows whose demotion waits for their phase to end (after this step)
 
 
 @dataclass
@@ -137,6 +152,10 @@ class Agent:
     dscp_by_level: tuple[int, ...] = ()
     mode: str = "enforce"  # of the controller's latest reply taken ("shadow": nothing is marked)
     would_be: dict[FlowKey, tuple[str, int]] = field(default_factory=dict)  # shadow mode: (job, level) per flow
+    demotion: PhaseDemotion[FlowKey] | None = None  # phase-aligned demotion (None: every level at once)
+    activity: FlowActivity[FlowKey] | None = None  # byte counters over time: idle flows (made with demotion)
+    in_force: dict[FlowKey, int] = field(default_factory=dict)  # with demotion: the level in force per flow
+    rto_routes: PeerSink | None = None  # told the job peers of every report (None: routes left alone)
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
@@ -154,15 +173,20 @@ class Agent:
         for _, tracker in self.logs:
             if tracker.on_reject is None:
                 tracker.on_reject = self.rejected
+        if self.demotion is not None and self.activity is None:
+            self.activity = FlowActivity(DEFAULT_QUIET_S)
 
     def poll_logs(self, now: float) -> bool:
         """Read new log lines into the trackers; True if some job finished an iteration (and the log
         is caught up: a backlog being worked off is not news worth an extra report)."""
         advanced = False
+        ended: set[str] = set()  # jobs that finished an iteration: their communication phase is over
         for tailer, tracker in self.logs:
             lines = tailer.poll()
-            if lines and tracker.feed_all(lines, now) and not tailer.behind:
+            jobs = tracker.feed_all(lines, now) if lines else set()
+            if jobs and not tailer.behind:
                 advanced = True
+                ended |= jobs
             if lines and self.overlap is not None:
                 self.overlap.feed(lines)
             long = tailer.long_lines - self._long_lines.get(id(tailer), 0)
@@ -171,25 +195,97 @@ class Agent:
                 assert self.rejected is not None
                 self.rejected("line", f"{long} line(s) of {tailer.path} longer than {tailer.max_line} bytes",
                               count=long)
-        if self.overlap is not None and self.overlap.changed(self.clock()):
+        refresh = self.overlap is not None and self.overlap.changed(self.clock())
+        release = bool(ended) and self.demotion is not None and bool(self.demotion.waiting)
+        if refresh or release:
             with self._lock:
-                self._refresh_overlap()
+                self._rewrite(ended)
         return advanced
 
-    def _effective(self) -> dict[FlowKey, int]:
-        """flow -> DSCP now: the controller's levels, with the overlap rule applied. Lock held."""
-        if self.overlap is None:
-            return {k: self.dscp_by_level[level] for k, (_, level) in self.assigned.items()}
-        return self.overlap.marks(self.assigned, self.dscp_by_level, self.clock())
+    def poll_demotions(self) -> bool:
+        """While demotions wait: read the flows' byte counters and apply the demotions whose flows went
+        idle or whose wait ran out. True if demotions still wait afterwards."""
+        if self.demotion is None or not self.demotion.waiting:
+            return False
+        read_bytes = getattr(self.flows, "read_bytes", None)  # the counters alone, where the source has them
+        counters = read_bytes() if read_bytes is not None else {k: s.bytes for k, s in self.flows.read_flows().items()}
+        read_at = self.monotonic()
+        with self._lock:
+            if self.activity is not None:
+                self.activity.observe(counters, read_at)
+            self._rewrite()
+            return bool(self.demotion.waiting)
 
-    def _refresh_overlap(self) -> None:
-        """Write the marks again if a job entered or left its overlap window, within the current lease
-        (never beyond it). Lock held."""
-        if self._closed or self.lease.expires_at is None or not self.assigned:
+    def _wake_in(self) -> float | None:
+        """Seconds until waiting demotions need a look (a counter reading, or a deadline); None: none wait."""
+        if self.demotion is None or not self.demotion.waiting:
+            return None
+        quiet = self.activity.quiet_s if self.activity is not None else DEFAULT_QUIET_S
+        deadline = self.demotion.next_deadline()
+        due = quiet if deadline is None else min(quiet, deadline - self.monotonic())
+        return max(0.0, due)
+
+    def _tick(self, poll_s: float | None) -> float | None:
+        """How long the run loop may sleep between reports (None: until the next report): the log poll,
+        and with phase-aligned demotion a counter reading while demotions wait (a pushed decision can
+        start a wait at any time, so the loop looks every quiet interval)."""
+        ticks = [poll_s] if poll_s else []
+        if self.demotion is not None:
+            wake = self._wake_in()
+            ticks.append(wake if wake is not None else
+                         (self.activity.quiet_s if self.activity is not None else DEFAULT_QUIET_S))
+        return min(ticks) if ticks else None
+
+    def _levels(self) -> Mapping[FlowKey, tuple[str, int]]:
+        """flow -> (job, level in force): the controller's, or the level a waiting demotion keeps. Lock held."""
+        if self.demotion is None:
+            return self.assigned
+        return {k: (job, self.in_force.get(k, level)) for k, (job, level) in self.assigned.items()}
+
+    def _effective(self) -> dict[FlowKey, int]:
+        """flow -> DSCP now: the levels in force, with the overlap rule applied. Lock held."""
+        levels = self._levels()
+        if self.overlap is None:
+            return {k: self.dscp_by_level[level] for k, (_, level) in levels.items()}
+        return self.overlap.marks(levels, self.dscp_by_level, self.clock())
+
+    def _plan(self, now: float, ended: Iterable[str] = ()) -> None:
+        """With phase-aligned demotion: the levels in force for the controller's levels at monotonic
+        ``now`` (promotions at once, demotions when the flow is idle, its job ``ended`` an iteration or
+        its wait ran out; never past the current lease). Lock held."""
+        if self.demotion is None:
             return
-        left = self.lease.expires_at - self.monotonic()
-        if left <= 0:
+        top = len(self.dscp_by_level)
+        current = {k: level for k, level in self.in_force.items() if level < top}  # levels the map still has
+        wanted = {k: level for k, (_, level) in self.assigned.items()}
+        done, activity, assigned = frozenset(ended), self.activity, self.assigned
+
+        def busy(key: FlowKey) -> bool:
+            return assigned[key][0] not in done and not (activity is not None and activity.idle(key, now))
+
+        plan = self.demotion.plan(current, wanted, busy, now, hold_until=self.lease.expires_at)
+        self.in_force = plan.levels
+        self._count_demotions(plan)
+
+    def _count_demotions(self, plan: Plan[FlowKey]) -> None:
+        if self.metrics is None:
             return
+        for outcome, n in (("immediate", len(plan.immediate)), ("deferred", len(plan.started))):
+            if n:
+                self.metrics.demotions.labels(outcome).inc(n)
+        for why in plan.released.values():
+            self.metrics.demotions.labels(why).inc()
+
+    def _rewrite(self, ended: Iterable[str] = ()) -> None:
+        """Write the marks again if they changed (a job entered or left its overlap window, a waiting
+        demotion was applied), within the current lease (never beyond it). Lock held."""
+        now = self.monotonic()
+        if self._closed or self.lease.expires_at is None or not self.assigned or self.lease.expires_at <= now:
+            if self.demotion is not None:
+                self.demotion.clear()  # nothing to keep: the marks end with the lease
+            return
+        left = self.lease.expires_at - now
+        self._plan(now, ended)
         marks = self._effective()
         if marks != self.marks:
             self.enforcer.apply(marks, left)
@@ -198,13 +294,21 @@ class Agent:
     def build(self, now: float) -> Report:
         self.poll_logs(now)
         progress = merge_progress(tracker.jobs for _, tracker in self.logs)
-        return build_report(self.host, progress, self.flows.read_flows(), self.classifier, self.ideal_times,
+        flows = self.flows.read_flows()
+        if self.activity is not None:  # every report's counters are a reading for the idle test
+            counters = {k: s.bytes for k, s in flows.items()}
+            read_at = self.monotonic()
+            with self._lock:
+                self.activity.observe(counters, read_at)
+        return build_report(self.host, progress, flows, self.classifier, self.ideal_times,
                             now, self.rejected, self.weights)
 
     def step(self) -> StepResult:
         built_at = self.clock()
         report = self.build(built_at)
         self.known_jobs = frozenset(j.job for j in report.jobs)
+        if self.rto_routes is not None:
+            self.rto_routes.update({f.key.dst for f in report.flows})
         pushes = self._pushes
         sent = self.monotonic()
         try:
@@ -225,10 +329,11 @@ class Agent:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
                 stale, cleared, waiting = self._take(reply, sent)
             marks, mode = dict(self.marks), self.mode
+            held = len(self.demotion.waiting) if self.demotion is not None else 0
         self.last_error = None
         self._count("stale" if stale else "ok")
         return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at, controller=source,
-                          waiting=waiting, mode=mode)
+                          waiting=waiting, mode=mode, held=held)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
         """Apply levels the controller pushed (a new decision) without waiting for the next step.
@@ -282,6 +387,7 @@ class Agent:
         self.would_be = {}
         self.assigned = {f.key: (f.job, f.level) for f in reply.flows}
         self.dscp_by_level = reply.dscp_by_level
+        self._plan(now)  # before the renewal: a level kept by a waiting demotion ends with the current lease
         marks = self._effective()
         self.enforcer.apply(marks, valid_for)
         self.marks, self._held_from = marks, self._source
@@ -311,6 +417,9 @@ class Agent:
         self.enforcer.clear()
         self.marks = {}
         self.assigned = {}
+        self.in_force = {}
+        if self.demotion is not None:
+            self.demotion.clear()
         if self.metrics is not None:
             self.metrics.lease_expiries.inc()
             self.metrics.lease_left.set(0)
@@ -335,16 +444,23 @@ class Agent:
                     left = due - time.monotonic()
                     if left <= 0:
                         break
-                    if not poll_s:
+                    tick = self._tick(poll_s)
+                    if tick is None:
                         stop.wait(left)
                         break
-                    stop.wait(min(poll_s, left))
-                    if self.poll_logs(self.clock()):
+                    stop.wait(min(tick, left))
+                    if poll_s and self.poll_logs(self.clock()):
                         break  # an iteration ended: report now
+                    self.poll_demotions()
         finally:
             with self._lock:
                 self._closed = True
                 self.enforcer.clear()
                 self.marks = {}
+                self.in_force = {}
+                if self.demotion is not None:
+                    self.demotion.clear()
                 if self.shift_files is not None:
                     self.shift_files.close()
+            if self.rto_routes is not None:
+                self.rto_routes.close()  # the routes get their RTO minimum back

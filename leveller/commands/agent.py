@@ -19,6 +19,18 @@ lease). With --shift-dir DIR, CASSINI's time shifts (controller --policy cassini
 are written to DIR/JOB.shift, which the job emulator (--shift-file) and the hook
 (LEVELLER_SHIFT_FILE) follow.
 
+With --phase-demotion a flow moved to a lower level keeps its level until its
+communication phase has ended: its byte counter stopped growing for one --poll
+interval, or its job logged an iteration end; at most --demote-wait-max
+seconds (default 1) and never beyond the lease of the level it keeps. A
+promotion applies at once. Under strict priority a TCP flow demoted mid-transfer
+otherwise loses its ACK clock and waits out a retransmission timeout. With
+--rto-min-ms MS the routes toward the job peers (the destinations of the job
+flows on --dev) get an RTO minimum of MS milliseconds (Linux: 200) while the
+agent lives: a helper process puts them back when the agent exits or dies
+(leveller.agent.rto_min says why a route metric, and what is left if the
+helper itself is killed with SIGKILL).
+
 Log lines are checked with the controller's rules (job name, iteration count,
 time); a bad line is skipped, logged (rate-limited) and counted
 (leveller_agent_rejected_total on --metrics-port), and the host's other jobs
@@ -45,6 +57,8 @@ examples:
   leveller agent --controller 127.0.0.1:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
       --dev eth0 --netns h1 --overlap --shift-dir /tmp/shifts
   leveller agent --controller 10.0.0.254:50051 --log /tmp/big.log --job-weight big=4
+  leveller agent --controller 10.0.0.254:50051 --log /tmp/j1.log --job-ports j1=47000-47001 \\
+      --dev eth0 --netns h1 --phase-demotion --demote-wait-max 0.5 --rto-min-ms 10
   leveller agent --config examples/config/agent.toml --interval 0.5
   leveller agent --controller ctl.lab:50051 --host h1 --tls-cert tls/h1.pem --tls-key tls/h1.key \\
       --tls-ca tls/ca.pem --log /tmp/j1.log
@@ -70,6 +84,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from leveller.agent.demotion import DEFAULT_QUIET_S, DEFAULT_WAIT_MAX_S
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 from leveller.model.flow import FlowKey
@@ -127,6 +142,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", action="store_true",
                         help="apply the overlap rule: demote a job's flows to the lowest level while its announced "
                         "communication can wait (leveller-comm lines in its log)")
+    parser.add_argument("--phase-demotion", action=argparse.BooleanOptionalAction, default=False,
+                        help="apply a flow's demotion (new level lower than its level now) only when its "
+                        "communication phase has ended (its byte counter stopped growing over one --poll "
+                        "interval, or its job logged an iteration end), at most --demote-wait-max seconds and "
+                        "never beyond the lease; promotions apply at once (default: off, every level at once)")
+    parser.add_argument("--demote-wait-max", type=float, default=None, metavar="S",
+                        help="with --phase-demotion: the longest a demotion waits for its flow's phase to end "
+                        f"(default {DEFAULT_WAIT_MAX_S:g}; the lease of the level it keeps bounds it too), "
+                        "e.g. --demote-wait-max 0.5")
+    parser.add_argument("--rto-min-ms", type=int, default=None, metavar="MS",
+                        help="give the routes toward the job peers (destinations of the job flows on --dev, in "
+                        "--netns) a TCP RTO minimum of MS milliseconds, 1..200, while the agent runs; put back "
+                        "when it exits or dies (default: routes left alone), e.g. --rto-min-ms 10")
     parser.add_argument("--shift-dir", metavar="DIR",
                         help="write CASSINI shift orders (controller --policy cassini) to DIR/JOB.shift for the "
                         "jobs to follow")
@@ -201,6 +229,18 @@ def _datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
 
 
 @contextlib.contextmanager
+def _rto_routes(args: argparse.Namespace) -> Iterator[Any]:
+    """The route keeper of --rto-min-ms (None without it), stopped (routes put back) on the way out."""
+    if args.rto_min_ms is None:
+        yield None
+        return
+    from leveller.agent.rto_min import RtoMinGuard
+
+    with RtoMinGuard(args.rto_min_ms, args.netns) as guard:
+        yield guard
+
+
+@contextlib.contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """SIGINT/SIGTERM set ``stop`` instead of raising where they land, so shutdown always takes
     the normal path (clear marks, detach BPF); SIGUSR1 dumps every thread's stack to stderr."""
@@ -223,6 +263,20 @@ def _bytes_by_job(flows: Any, label: Any) -> dict[str, dict[str, int]]:
     for f in flows:
         out.setdefault(f.job, {})[label(f.key)] = f.bytes
     return out
+
+
+def _phase_demotion(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """(PhaseDemotion, FlowActivity) for --phase-demotion (None without it); UserError for a bad
+    --demote-wait-max."""
+    wait = args.demote_wait_max if args.demote_wait_max is not None else DEFAULT_WAIT_MAX_S
+    if not (math.isfinite(wait) and 0 < wait <= 60):
+        raise UserError(f"--demote-wait-max {wait}: must be in (0, 60] seconds")
+    if not args.phase_demotion:
+        return None
+    from leveller.agent.demotion import FlowActivity, PhaseDemotion
+
+    # a flow is idle when its counter did not grow over one log poll (--poll; 0 = off: the default poll)
+    return PhaseDemotion(wait), FlowActivity(args.poll or DEFAULT_QUIET_S)
 
 
 def check_names(args: argparse.Namespace) -> None:
@@ -267,6 +321,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--timeout {args.timeout}: must be in (0, 60] seconds")
     if not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port {args.metrics_port}: must be a TCP port 0..65535 (0 = off)")
+    demotion = _phase_demotion(args)
+    if args.rto_min_ms is not None:
+        from leveller.agent.rto_min import check_rto_min_ms
+
+        check_rto_min_ms(args.rto_min_ms)
+        if not args.dev:
+            raise UserError(f"--rto-min-ms {args.rto_min_ms}: needs --dev (the job peers are the destinations "
+                            "of the job flows the datapath counts there)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     metrics = AgentMetrics()
     rejected = Rejections(metrics)
@@ -298,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"t": round(r.t, 4), "controller": r.controller, "ok": r.ok, "error": r.error,
                               "mode": r.mode,
-                              "cleared": r.cleared, "stale": r.stale, "waiting": r.waiting,
+                              "cleared": r.cleared, "stale": r.stale, "waiting": r.waiting, "held": r.held,
                               "jobs": {j.job: j.iterations for j in r.report.jobs},
                               "rejected": dict(rejected.counts),
                               "marks": {k.label(): v for k, v in (r.marks or {}).items()},
@@ -320,13 +382,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
     try:
         with _trace_file(args.trace_pushes) as trace, FailoverClient(controllers, secret, args.timeout, tls=tls) \
-                as client, _datapath(args.dev, args.netns) as (flows, enf):
+                as client, _datapath(args.dev, args.netns) as (flows, enf), _rto_routes(args) as rto_routes:
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)
             agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
                           ideal_times=ideal_times, weights=weights, metrics=metrics, rejected=rejected,
-                          overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files)
+                          overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files,
+                          demotion=demotion[0] if demotion else None, activity=demotion[1] if demotion else None,
+                          rto_routes=rto_routes)
             timer = threading.Timer(args.duration, stop.set) if args.duration else None
             if timer:
                 timer.start()

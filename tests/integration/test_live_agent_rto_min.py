@@ -1,0 +1,70 @@
+"""Live: `leveller agent --phase-demotion --rto-min-ms 10` on a real job between two namespaces, with a
+controller: the job's packets get their level, the route toward the job's peer gets the lower RTO minimum,
+and when the agent is SIGKILLed the route gets its old metrics back and the keeper is gone."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from .support import free_port, json_lines, leveller_proc, wait_until
+from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, controller, job_on_the_wire
+
+pytestmark = pytest.mark.privileged
+
+
+def route_metrics(ns: str, network: str) -> dict[str, int]:
+    from pyroute2 import NetNS
+
+    with NetNS(ns, flags=0) as ipr:
+        for msg in ipr.route("dump", family=2, table=254):
+            if msg.get_attr("RTA_DST") == network:
+                metrics = msg.get_attr("RTA_METRICS")
+                return dict(metrics["attrs"]) if metrics else {}
+    raise AssertionError(f"no route to {network} in {ns}")
+
+
+def keepers(ns: str) -> list[int]:
+    """Pids of route keepers working in ``ns``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"leveller.agent.rto_min" in argv and ns.encode() in argv:
+            out.append(int(proc.name))
+    return out
+
+
+def test_the_agent_tunes_the_route_toward_its_job_peer_and_its_death_puts_it_back(tmp_path: Path) -> None:
+    port = free_port()
+    with job_on_the_wire(tmp_path, "lvk") as (pair, wire, log):
+        network = str(pair.ip_a).rsplit(".", 1)[0] + ".0"
+        assert route_metrics(pair.ns_a, network) == {}
+        with controller(tmp_path, port) as ctl, \
+                leveller_proc(tmp_path / "agent.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha",
+                              "--log", str(log), "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}",
+                              "--ideal-time", "live=0.2", "--dev", pair.if_a, "--netns", pair.ns_a,
+                              "--interval", "0.2", "--json", "--phase-demotion", "--demote-wait-max", "0.5",
+                              "--rto-min-ms", "10", env=ENV) as ag:
+            wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
+                       lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
+                       f"controller: {ctl.output()}")
+            wait_until(lambda: route_metrics(pair.ns_a, network).get("RTAX_RTO_MIN") == 10, 20,
+                       lambda: f"the route toward {pair.ip_b} tuned: {route_metrics(pair.ns_a, network)} "
+                       f"agent: {ag.output()}")
+            lines = json_lines(tmp_path / "agent.out")
+            assert lines and all("held" in line for line in lines)
+            running = keepers(pair.ns_a)
+            assert len(running) == 1, running
+            ag.p.send_signal(signal.SIGKILL)
+            ag.p.wait(10)
+            killed = time.monotonic()
+            wait_until(lambda: route_metrics(pair.ns_a, network) == {}, 10,
+                       lambda: f"the route put back after the agent died: {route_metrics(pair.ns_a, network)}")
+            wait_until(lambda: not keepers(pair.ns_a), 10, "the keeper exits")
+            assert time.monotonic() - killed < 1.5  # well within the controller's lease (1.5 s)
