@@ -33,6 +33,9 @@ R = iterations x ideal iteration time (alone) / (end - start).
 What leveller ranks by: the paper's cumulative R, or with --rate-window S the R over
 the last S seconds, with --rate-half-life S iterations and time decayed with half-life
 S (leveller.core.rate, as `leveller controller` does); the reported R stays cumulative.
+--floor F: every level below the top keeps F of each link it has demand on (the switches' queue
+floor, as `leveller switch-config --floor` and the emulated testbed configure it), the rest goes
+by strict priority; default 0, the paper's pure strict priority.
 --disturb LINK:START:SECONDS: an unmanaged flow at the top priority holds the directed
 link LINK (named a>b, e.g. h1>s1) from START for SECONDS; jobs crossing it stall.
 `leveller experiment recovery` measures what each kind of R does after that.
@@ -142,6 +145,9 @@ def run_network(args: argparse.Namespace) -> int:
     duration = parse_seconds("--duration", args.duration, allow_zero=False)
     if args.seed is not None and args.seed < 0:
         raise UserError(f"--seed = {args.seed} is invalid; an integer >= 0")
+    from leveller.core.qos import check_floor
+
+    floor = check_floor(args.floor, args.levels, "--floor")
     from leveller.commands.options import rate_options, switching_rule
 
     window, half_life = rate_options(args)
@@ -158,7 +164,7 @@ def run_network(args: argparse.Namespace) -> int:
                                  None if half_life is None else float(half_life), switching)
         with progress_bar(name, duration, enabled=not args.no_progress) as tick:
             sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
-                             progress=tick, disturbances=disturbances)
+                             progress=tick, disturbances=disturbances, floor=floor)
             results.append(sim.run())
     if args.plot:
         from leveller.sim.network.plots import plot_all
@@ -253,7 +259,7 @@ def configure(link_parent: argparse._SubParsersAction) -> None:
     from leveller.commands.options import add_rate_options, add_switching_options
 
     add_rate_options(p, "seconds")
-    add_switching_options(p, "seconds")
+    add_switching_options(p, "seconds", floor=0.0)  # --floor as `simulate link`'s
     p.add_argument("--disturb", action="append", default=[], metavar="LINK:START:SECONDS",
                    help="an unmanaged top-priority flow holds directed link LINK for SECONDS from START "
                    "(e.g. --disturb h1>s1:60:30); repeatable")

@@ -10,8 +10,15 @@ for voice and network control, are never used by default (an explicit mapping
 may use them). Unmarked traffic (DSCP 0) therefore lands at level 0.
 
 Queues are strict priority: OVS queue q is HTB class 1:(q+1) with kernel HTB
-priority K-1-q (0 is served first), a small guaranteed rate and the link rate as
-ceiling, so a higher queue takes all the bandwidth it can use. Each queue may
+priority K-1-q (0 is served first) and the link rate as ceiling, so a higher queue
+takes all the bandwidth it can use. A floor (a fraction of the link rate, default
+DEFAULT_FLOOR) is guaranteed to every queue below the top: strict priority alone
+starves a demoted TCP flow, which then loses its ACK clock and waits for a
+retransmission timeout; with its floor it keeps sending. Queue q < K-1 gets
+floor x link as its HTB rate, the top queue the rest, 1 - (K-1) x floor of the
+link; HTB serves every class up to its rate first, then lends what is left by
+priority. Floor 0 is the paper's pure strict priority (every queue a token
+guaranteed rate, a thousandth of the link, at least OVS's minimum). Each queue may
 send a burst of HTB_BURST_S of the link rate: HTB keeps at most a burst of
 tokens, so a dequeue that comes late (a busy or virtualised CPU's timer) loses
 the link time beyond it for good; with one MTU (OVS's default) a loaded machine
@@ -20,6 +27,7 @@ delivers visibly less than the link rate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +36,8 @@ from leveller.model.errors import UserError
 from leveller.model.limits import MAX_LEVELS
 
 DEFAULT_DSCP = (0, 8, 16, 24, 32, 40, 10, 18)
+DEFAULT_FLOOR = 0.05  # share of the link guaranteed to every queue below the top (0: pure strict priority)
+OVS_MIN_RATE_BPS = 12_000  # OVS linux-htb raises any min-rate below 1500 bytes/s to it
 HTB_BURST_S = 0.01  # a queue's burst, in seconds of its ceiling rate
 RESERVED_DSCP = (46, 48, 56)
 
@@ -93,12 +103,37 @@ class QueueConfig:
     burst_bits: int | None = None  # None: the switch's default (OVS: one MTU)
 
 
-def queue_configs(levels: int, rate_mbps: float | None) -> list[QueueConfig]:
-    """Strict-priority HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given)."""
+def check_floor(floor: float, levels: int, name: str = "floor") -> float:
+    """`floor` as a float if it is a valid floor for `levels` queues: 0 <= floor and the K-1 lower
+    queues' floors together under the link, (K-1) x floor < 1; else UserError naming `name`."""
+    bad = isinstance(floor, bool) or not isinstance(floor, (int, float)) or not math.isfinite(floor)
+    if bad or not 0 <= floor < 1 or (levels - 1) * floor >= 1:
+        limit = f"(levels - 1) x floor < 1, here floor < {1 / (levels - 1):.4g} for {levels} levels" \
+            if levels > 1 else "floor < 1"
+        raise UserError(f"{name} = {floor!r} is invalid; the share of the link rate guaranteed to every queue "
+                        f"below the top: a number >= 0 (0 = pure strict priority) with {limit}")
+    return float(floor)
+
+
+def queue_configs(levels: int, rate_mbps: float | None, floor: float = DEFAULT_FLOOR) -> list[QueueConfig]:
+    """HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given), top served first.
+
+    Every queue below the top gets `floor` x the link rate as its guaranteed (HTB) rate and the top
+    queue the rest, so a demoted flow keeps a share while the top takes everything else; every
+    ceiling is the link rate. Floor 0 (pure strict priority) and a single queue keep a token rate
+    of a thousandth of the link. A floor needs the rate (OVS takes absolute rates)."""
+    floor = check_floor(floor, levels)
     max_bps = None if rate_mbps is None else int(rate_mbps * 1e6)
-    min_bps = max(12_000, (max_bps or 0) // 1000)
     burst = None if max_bps is None else int(max_bps * HTB_BURST_S)
-    return [QueueConfig(q, levels - 1 - q, min_bps, max_bps, burst) for q in range(levels)]
+    if floor == 0 or levels == 1:
+        min_bps = [max(OVS_MIN_RATE_BPS, (max_bps or 0) // 1000)] * levels
+    elif max_bps is None:
+        raise UserError(f"floor = {floor!r} needs the port rate: a floor is a share of the link rate and "
+                        "OVS takes absolute rates; give the rate or floor = 0")
+    else:
+        lower = max(OVS_MIN_RATE_BPS, round(floor * max_bps))
+        min_bps = [lower] * (levels - 1) + [max(OVS_MIN_RATE_BPS, max_bps - (levels - 1) * lower)]
+    return [QueueConfig(q, levels - 1 - q, min_bps[q], max_bps, burst) for q in range(levels)]
 
 
 def dscp_levels(level_map: LevelMap) -> tuple[int, ...]:

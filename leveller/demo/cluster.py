@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from leveller.core.qos import DEFAULT_FLOOR, check_floor
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.demo.scenario import topology_dict
 from leveller.locking import exclusive
@@ -59,12 +60,15 @@ def stop_recorded(run_dir: Path) -> int:
 
 class DemoCluster:
     """Testbed with the SDN app; ``with DemoCluster(...) as c:``. The topology is the demo's
-    (h1, h2, h3 -> h4 on s1) unless one is given (e.g. a preset of leveller.core.topology)."""
+    (h1, h2, h3 -> h4 on s1) unless one is given (e.g. a preset of leveller.core.topology).
+    ``floor``: the share of each link guaranteed to every queue below the top (None: the
+    testbed's default, leveller.core.qos.DEFAULT_FLOOR; 0: the paper's pure strict priority)."""
 
     def __init__(self, name: str = "demo", run_dir: Path | None = None, progress: Progress = _quiet,
-                 topology: Topology | None = None) -> None:
+                 topology: Topology | None = None, floor: float | None = None) -> None:
         self.name = check_name(name)
         self.topology = topology if topology is not None else topology_from_dict(topology_dict())
+        self.floor = DEFAULT_FLOOR if floor is None else check_floor(floor, self.topology.levels)
         self.run_dir = Path(run_dir) if run_dir else demo_run_dir(name)
         self.progress = progress
         self.testbed = Testbed(self.name, self.run_dir)
@@ -103,7 +107,7 @@ class DemoCluster:
         if self.cleanup_leftovers():
             self.progress("removed the leftovers of an earlier demo")
         self.progress("building the testbed")
-        self.testbed = Testbed.up(self.topology, self.name, self.run_dir, progress=self.progress)
+        self.testbed = Testbed.up(self.topology, self.name, self.run_dir, progress=self.progress, floor=self.floor)
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             self._tune_hosts()

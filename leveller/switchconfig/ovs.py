@@ -7,7 +7,9 @@ what is rendered here is what the testbed does.
 - Queues: OVSDB QoS `linux-htb` on each egress port, one Queue per level's queue with
   `other-config:priority` (smaller is served first: ovs-vswitchd.conf.db(5), QoS and
   Queue tables), a small `min-rate` and `max-rate` = the port rate; without a rate the
-  ceiling is left to OVS (link rate of a physical port).
+  ceiling is left to OVS (link rate of a physical port). With a floor F (needs the rate),
+  every queue below the top gets `min-rate` = F x the port rate and the top one the rest
+  (leveller.core.qos.queue_configs, as the testbed builds them).
 - DSCP -> queue, `queue_mode` "set_queue": the app's table-0 flows
   (`ip_dscp=D actions=set_queue:Q,goto_table:1`, ovs-fields(7), ovs-actions(7));
   `leveller sdn --queue-mode set_queue` installs exactly these when a switch connects.
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from leveller.core.qos import (
     LevelMap,
     QueueConfig,
+    check_floor,
     dscp_levels,
     htb_classid,
     htb_root_burst,
@@ -85,11 +88,12 @@ def qos_flows(level_map: LevelMap) -> list[str]:
 
 
 def commands(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | None, queue_mode: str,
-             bridge: str) -> list[Command]:
-    """Every command, in order: queues on each port, then the DSCP -> queue mapping."""
+             bridge: str, floor: float = 0.0) -> list[Command]:
+    """Every command, in order: queues on each port, then the DSCP -> queue mapping. `floor`: the share
+    of `rate_mbps` guaranteed to every queue below the top (0: pure strict priority)."""
     if queue_mode not in QUEUE_MODES:
         raise UserError(f"--queue-mode {queue_mode!r}: one of {', '.join(QUEUE_MODES)}")
-    queues = queue_configs(level_map.levels, rate_mbps)
+    queues = _queues(level_map.levels, rate_mbps, floor)
     out = [Command(("ovs-vsctl", *port_qos_args(p, queues, f"qos{i}"))) for i, p in enumerate(ports)]
     if queue_mode == "set_queue":
         out += [Command(("ovs-ofctl", "-O", "OpenFlow13", "add-flow", bridge, flow)) for flow in qos_flows(level_map)]
@@ -103,11 +107,21 @@ def commands(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | Non
     return out
 
 
+def _queues(levels: int, rate_mbps: float | None, floor: float) -> list[QueueConfig]:
+    """`queue_configs`, its errors naming the command's flags."""
+    check_floor(floor, levels, "--floor")
+    if floor > 0 and levels > 1 and rate_mbps is None:
+        raise UserError(f"--floor {floor:g}: OVS takes the floor as an absolute min-rate; give the port rate "
+                        "with --rate-mbps")
+    return queue_configs(levels, rate_mbps, floor)
+
+
 def script(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | None, queue_mode: str,
-           bridge: str, invocation: str) -> str:
+           bridge: str, invocation: str, floor: float = 0.0) -> str:
     """A commented POSIX shell script running `commands(...)` (stops at the first failure)."""
     k = level_map.levels
-    queues = queue_configs(k, rate_mbps)
+    queues = _queues(k, rate_mbps, floor)
+    floored = floor > 0 and k > 1
     rate = f"{rate_mbps:g} Mbit/s" if rate_mbps is not None else "left to OVS (link rate, else 10 Gbit/s)"
     lines = ["#!/bin/sh", f"# LEVELLER: {k} strict-priority levels on Open vSwitch ports {', '.join(ports)}",
              f"# rendered by: {invocation}",
@@ -116,13 +130,17 @@ def script(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | None,
         q = level_map.queue[level]
         tag = " (highest)" if level == k - 1 else " (lowest)" if level == 0 else ""
         lines.append(f"#   level {level}{tag}: DSCP {level_map.dscp[level]} -> queue {q} "
-                     f"-> HTB class {htb_classid(q)}, priority {queues[q].htb_priority}")
+                     f"-> HTB class {htb_classid(q)}, priority {queues[q].htb_priority}"
+                     + (f", min-rate {queues[q].min_rate_bps} bit/s" if floored else ""))
     unused = sum(1 for d, lv in enumerate(dscp_levels(level_map)) if lv == 0) - 1
     lines += [f"# the {unused} other DSCP values (unmarked traffic included) -> queue {level_map.queue[0]}, the lowest",
               "# run as root on the switch; ovs-vsctl uses the local database (set OVS_RUNDIR or add --db=...)",
               "set -e", "",
               f"# 1. strict-priority queues (OVSDB QoS linux-htb, ovs-vswitchd.conf.db(5)); ceiling: {rate}"]
-    cmds = commands(level_map, ports, rate_mbps, queue_mode, bridge)
+    if floored:
+        lines.append(f"#    floor {floor:g}: every queue below the top is guaranteed {100 * floor:g}% of the link "
+                     "(its min-rate, served first), the top queue the rest")
+    cmds = commands(level_map, ports, rate_mbps, queue_mode, bridge, floor)
     lines += [shlex.join(c.argv) for c in cmds if c.argv[0] == "ovs-vsctl"]
     lines.append("")
     if queue_mode == "set_queue":

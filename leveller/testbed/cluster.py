@@ -9,7 +9,9 @@ Layout on the machine, for testbed NAME:
 - the run directory (default /run/leveller/NAME): state file, OVS database,
   sockets, pidfiles and logs. Nothing is created in the root namespace.
 
-Every switch egress port gets K strict-priority queues (OVSDB QoS linux-htb).
+Every switch egress port gets K strict-priority queues (OVSDB QoS linux-htb), each queue below
+the top with a guaranteed floor of the link (`Testbed.up(floor=...)`, default
+leveller.core.qos.DEFAULT_FLOOR; 0 = the paper's pure strict priority).
 TX checksum offload is disabled on all veth ends (the userspace datapath does
 not fill checksums in). `down` removes everything `up` recorded, also after a
 crash, and is safe to run twice.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from leveller.core.qos import queue_configs
+from leveller.core.qos import DEFAULT_FLOOR, check_floor, queue_configs
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.errors import UserError
 from leveller.testbed.ovs import OvsInstance, bridge_commands, kernel_datapath_available, pid_alive, run, stop_pid
@@ -88,7 +90,7 @@ class Testbed:
         return {
             "name": self.name, "run_dir": str(self.run_dir), "phase": state.phase,
             "datapath_type": state.datapath_type, "switch_netns": state.switch_netns,
-            "controller": state.controller, "levels": topo.levels,
+            "controller": state.controller, "levels": topo.levels, "queue_floor": state.queue_floor,
             "hosts": {h.name: {"netns": state.host_netns[h.name], "ip": h.ip, "mac": h.mac,
                                "switch": topo.host_link(h.name).b} for h in topo.hosts},
             "switches": [s.name for s in topo.switches],
@@ -134,19 +136,28 @@ class Testbed:
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
     def up(cls, topo: Topology, name: str, run_dir: Path | str | None = None,
-           datapath_type: str | None = None, progress: Progress = _quiet, qos: bool = True) -> Testbed:
-        """Build the testbed; if it is already up with the same topology, repair and reuse it
+           datapath_type: str | None = None, progress: Progress = _quiet, qos: bool = True,
+           floor: float = DEFAULT_FLOOR) -> Testbed:
+        """Build the testbed; if it is already up with the same topology and floor, repair and reuse it
         (restart dead OVS daemons). Anything half-built is removed on failure. `qos=False`
-        leaves the switch ports without queues (to configure them from outside)."""
+        leaves the switch ports without queues (to configure them from outside). `floor`: the share
+        of each link guaranteed to every queue below the top (leveller.core.qos.queue_configs; 0 =
+        the paper's pure strict priority, where a demoted TCP flow starves)."""
+        floor = check_floor(floor, topo.levels)
         tb = cls(name, run_dir)
         existing = load_state(tb.run_dir)
         if existing is not None:
-            if existing.phase == "up" and existing.topology == topo.to_dict():
+            same = existing.topology == topo.to_dict()
+            if existing.phase == "up" and same and existing.queue_floor == floor:
                 progress("already up: checking daemons")
                 tb.repair()
                 return tb
+            if existing.phase == "up" and same:
+                raise UserError(f"testbed {name!r} is up in {tb.run_dir} with queue floor "
+                                f"{existing.queue_floor:g}, not {floor:g}; run `leveller testbed down --name "
+                                f"{name}` first or use floor = {existing.queue_floor:g}")
             raise UserError(f"testbed {name!r} already exists in {tb.run_dir} (phase {existing.phase}, "
-                            f"{'same' if existing.topology == topo.to_dict() else 'different'} topology); "
+                            f"{'same' if same else 'different'} topology); "
                             f"run `leveller testbed down --name {name}` first")
         if tb.run_dir.exists() and any(tb.run_dir.iterdir()):
             raise UserError(f"run directory {tb.run_dir} exists and is not a testbed's; "
@@ -163,7 +174,7 @@ class Testbed:
         tb.run_dir.mkdir(parents=True, exist_ok=True)
         state = State(name=name, run_dir=str(tb.run_dir), topology=topo.to_dict(), datapath_type=dp,
                       switch_netns=prefix + "sw", host_netns={h.name: prefix + h.name for h in topo.hosts},
-                      controller=f"tcp:127.0.0.1:{OF_PORT}")
+                      controller=f"tcp:127.0.0.1:{OF_PORT}", queue_floor=floor)
         state.save()
         try:
             _build(tb, state, topo, progress, qos)
@@ -358,7 +369,8 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress, qos: b
     ovs.start_vswitchd()
     for s in topo.switches:
         progress(f"configuring switch {s.name}")
-        ports = [(port_name(s.name, port), port, queue_configs(topo.levels, rate) if qos else [])
+        ports = [(port_name(s.name, port), port,
+                  queue_configs(topo.levels, rate, state.queue_floor) if qos else [])
                  for port, _, rate in topo.switch_ports(s.name)]
         ovs.vsctl(*bridge_commands(s.name, s.dpid, state.datapath_type, state.controller, ports), timeout=60)
     state.phase = "up"

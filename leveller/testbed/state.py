@@ -44,6 +44,7 @@ class State:
     phase: str = "building"
     created_netns: list[str] = field(default_factory=list)
     sdn_pid: int | None = None
+    queue_floor: float = 0.0  # share of a link guaranteed to each queue below the top (0: before floors)
 
     @property
     def path(self) -> Path:

@@ -211,17 +211,19 @@ def root_burst(tb: Any, port: str = "s1-p1") -> int:
 
 @contextlib.contextmanager
 def dumbbell_testbed(tmp: Path, bottleneck_mbps: float, qos: bool = True,
-                     sdn_args: tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
+                     sdn_args: tuple[str, ...] = (), floor: float | None = None) -> Iterator[tuple[Any, Any]]:
     """A dumbbell testbed (h1, h2 - s1 - bottleneck - s2 - h3, h4) with the SDN app running and every
-    switch connected: (Testbed, SdnClient). ``qos=False`` leaves the switch ports without queues."""
+    switch connected: (Testbed, SdnClient). ``qos=False`` leaves the switch ports without queues;
+    ``floor``: the queues' floor (None: the testbed's default, 0: pure strict priority)."""
     import uuid
 
+    from leveller.core.qos import DEFAULT_FLOOR
     from leveller.core.topology import preset
     from leveller.testbed.cluster import Testbed
     from sdn.client import SdnClient
 
     tb = Testbed.up(preset("dumbbell", {"bottleneck_mbps": bottleneck_mbps}), "p" + uuid.uuid4().hex[:8],
-                    tmp / "run", qos=qos)
+                    tmp / "run", qos=qos, floor=DEFAULT_FLOOR if floor is None else floor)
     try:
         tb.start_sdn(extra=list(sdn_args))
         client = SdnClient.for_run_dir(tb.run_dir)

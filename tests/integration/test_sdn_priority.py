@@ -37,7 +37,8 @@ def _running(pid: int) -> bool:
 
 @pytest.fixture
 def dumbbell(tmp_path):
-    with dumbbell_testbed(tmp_path, BOTTLENECK) as (tb, client):
+    # floor 0: the paper's pure strict priority, whose starvation of the bottom flow is asserted here
+    with dumbbell_testbed(tmp_path, BOTTLENECK, floor=0.0) as (tb, client):
         yield tb, client
 
 

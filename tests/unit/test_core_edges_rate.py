@@ -439,4 +439,4 @@ def test_queue_min_rate_is_a_whole_thousandth_of_the_port_rate() -> None:
     [q] = queue_configs(1, 12.0015)
     assert q.min_rate_bps == 12_001 and isinstance(q.min_rate_bps, int)
     assert q.max_rate_bps == 12_001_500
-    assert [c.min_rate_bps for c in queue_configs(2, None)] == [12_000, 12_000]
+    assert [c.min_rate_bps for c in queue_configs(2, None, floor=0.0)] == [12_000, 12_000]

@@ -54,11 +54,12 @@ def test_htb_class_of_a_queue_is_hex() -> None:
 
 
 def test_queue_configs_priorities_and_rates() -> None:
-    # burst: 10 ms of the ceiling (100 Mbit/s -> 1,000,000 bits); no rate, no burst (the switch's default)
-    assert queue_configs(3, 100.0) == [QueueConfig(0, 2, 100_000, 100_000_000, 1_000_000),
+    # burst: 10 ms of the ceiling (100 Mbit/s -> 1,000,000 bits); no rate, no burst (the switch's default);
+    # floor 0 (pure strict priority): every queue a token guaranteed rate, a thousandth of the link
+    assert queue_configs(3, 100.0, floor=0.0) == [QueueConfig(0, 2, 100_000, 100_000_000, 1_000_000),
                                        QueueConfig(1, 1, 100_000, 100_000_000, 1_000_000),
                                        QueueConfig(2, 0, 100_000, 100_000_000, 1_000_000)]
-    assert queue_configs(2, 1.0) == [QueueConfig(0, 1, 12_000, 1_000_000, 10_000),
+    assert queue_configs(2, 1.0, floor=0.0) == [QueueConfig(0, 1, 12_000, 1_000_000, 10_000),
                                      QueueConfig(1, 0, 12_000, 1_000_000, 10_000)]
     assert queue_configs(1, None) == [QueueConfig(0, 0, 12_000, None, None)]
     assert queue_configs(1, 50.5)[0].max_rate_bps == 50_500_000 and queue_configs(1, 50.5)[0].min_rate_bps == 50_500

@@ -43,7 +43,7 @@ def test_explicit_map_may_use_ef():
 
 
 def test_higher_queue_has_higher_htb_priority():
-    qs = queue_configs(4, 50)
+    qs = queue_configs(4, 50, floor=0.0)  # the paper's pure strict priority: token guaranteed rates
     assert [q.htb_priority for q in qs] == [3, 2, 1, 0]
     assert all(q.max_rate_bps == 50_000_000 and 0 < q.min_rate_bps < 1_000_000 for q in qs)
 

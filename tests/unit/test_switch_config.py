@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from leveller.cli import main
 from leveller.core.qos import (
+    DEFAULT_FLOOR,
     LevelMap,
     default_level_map,
     dscp_levels,
@@ -144,12 +145,13 @@ def test_dscp_levels_agree_with_the_sdn_queue_rule(m):
     assert [m.queue[levels[d]] for d in range(64)] == [m.queue_for_dscp(d) for d in range(64)]
 
 
-def test_ovs_uses_the_testbeds_own_commands():
+@pytest.mark.parametrize("floor", [0.0, DEFAULT_FLOOR])  # the paper's strict priority, the testbed's default
+def test_ovs_uses_the_testbeds_own_commands(floor):
     m = default_level_map(4)
-    cmds = ovs.commands(m, ("s1-p1", "s1-p2"), 50, "tc", "br0")
+    cmds = ovs.commands(m, ("s1-p1", "s1-p2"), 50, "tc", "br0", floor)
     vsctl = [c.argv for c in cmds if c.argv[0] == "ovs-vsctl"]
     testbed = bridge_commands("s1", 1, "netdev", "tcp:127.0.0.1:6653",
-                              [("s1-p1", 1, queue_configs(4, 50)), ("s1-p2", 2, queue_configs(4, 50))])
+                              [("s1-p1", 1, queue_configs(4, 50, floor)), ("s1-p2", 2, queue_configs(4, 50, floor))])
     for argv in vsctl:  # each port's QoS rows are a slice of the testbed's transaction
         body = list(argv[1:])
         assert any(testbed[i:i + len(body)] == body for i in range(len(testbed)))
@@ -172,7 +174,7 @@ def test_ovs_queue_rows_give_higher_levels_smaller_htb_priority():
     prio = dict(re.findall(r"--id=@qos0_(\d) create Queue .*?other-config:priority=(\d)", " ".join(args)))
     assert prio == {"0": "2", "1": "1", "2": "0"}  # ovs-vswitchd.conf.db(5): smaller priority served first
     assert "other-config:max-rate=100000000" in args
-    unlimited = ovs.port_qos_args("eth1", queue_configs(3, None), "q")
+    unlimited = ovs.port_qos_args("eth1", queue_configs(3, None, floor=0.0), "q")
     assert not any("max-rate" in a for a in unlimited)
 
 

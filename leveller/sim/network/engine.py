@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from leveller.core.qos import check_floor
 from leveller.core.switching import SwitchMemory, forget, top_changed
 from leveller.sim.network.group import Group
 from leveller.sim.network.jobs import JobSpec
@@ -108,7 +109,10 @@ class Simulation:
                  sample_every: float | None = None,
                  progress: Callable[[float], None] | None = None,
                  on_rates: Callable[[float, Simulation], None] | None = None,
-                 disturbances: Sequence[Disturbance] = ()) -> None:
+                 disturbances: Sequence[Disturbance] = (), floor: float = 0.0) -> None:
+        """``floor``: the share of every link guaranteed to each level below the top, K-1 (the switches'
+        queue floor, leveller.core.qos); 0 is the paper's pure strict priority."""
+        self.floor = check_floor(floor, levels)
         self.net = net
         self.specs = list(specs)
         self.policy = policy
@@ -235,7 +239,8 @@ class Simulation:
             members.setdefault(find(i), []).append(j)
         for g in self.groups:
             g.version += 1  # invalidate heap entries
-        self.groups = [Group(m, self.net.capacity, t, self.policy.overlap) for m in members.values()]
+        self.groups = [Group(m, self.net.capacity, t, self.policy.overlap, self.floor, self.k - 1)
+                       for m in members.values()]
         rule = getattr(self.policy, "switching", None)
         if rule is not None and self.switch_memory.order:  # finished jobs leave the rule's memory
             self.switch_memory = forget(self.switch_memory, set(self.running), t, rule)

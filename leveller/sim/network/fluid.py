@@ -7,6 +7,16 @@ flows grow together, and when a link runs out the flows crossing it freeze at
 its fair share. The result is the max-min fair allocation of each level on the
 residual capacity, so a lower level can never slow a higher one.
 
+With a floor F (the switches' guaranteed share of every queue below the top,
+leveller.core.qos): on every link, each level below the top first reserves
+min(its demand, F x capacity), split max-min among its flows; then the levels are
+served from the top down as above, each on the capacity the higher levels left
+plus its own reservation, max-min within the level. A level's demand is what its
+flows get water-filled alone on F x capacity where a higher level sends and on
+the whole capacity elsewhere (a fluid approximation: a higher level held back
+elsewhere is not counted). A level alone on its links is not affected by the
+floor; F = 0 is the paper's model.
+
 Vectorised over a flows x links incidence matrix (scipy.sparse): one round per
 distinct bottleneck, two sparse products per round.
 """
@@ -50,11 +60,14 @@ class Incidence:
         return cls(m, m.T.tocsr(), len(paths), n_links)
 
 
-def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, active: np.ndarray) -> np.ndarray:
+def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, active: np.ndarray,
+                  floor: float = 0.0, top: int | None = None) -> np.ndarray:
     """Rate of every flow (0 when inactive, inf when it crosses no link).
 
     ``capacity`` per link (any unit per second), ``level`` per flow (higher =
     served first), ``active`` a bool mask of the flows that are sending.
+    ``floor``: share of every link guaranteed to each level below ``top`` (the
+    highest level, K-1; None: the highest active one), see the module docstring.
     """
     rates = np.zeros(inc.n_flows)
     act = np.flatnonzero(active)
@@ -63,26 +76,46 @@ def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, activ
     residual = np.array(capacity, dtype=float)
     lv = level[act]
     lo, hi = lv.min(), lv.max()
+    reserved: dict[int, np.ndarray] = {}
+    if floor > 0 and lo != hi:  # a level alone is not affected by its floor
+        cap = np.asarray(capacity, dtype=float)
+        for this in np.unique(lv):
+            if this < (hi if top is None else top):
+                above = (inc.links_flows @ (active & (level > this)).astype(float)) > 0
+                share = np.zeros(inc.n_flows)
+                _fill(inc, np.where(above, cap * floor, cap), active & (level == this), share)
+                reserved[int(this)] = np.minimum(link_load(inc, share), cap * floor)
+        for r in reserved.values():
+            residual -= r
+        np.maximum(residual, 0.0, out=residual)
     for this in ([hi] if lo == hi else np.unique(lv)[::-1]):
         unfrozen = active.copy() if lo == hi else active & (level == this)
-        left = int(np.count_nonzero(unfrozen))
-        while left:
-            counts = inc.links_flows @ unfrozen.astype(float)
-            used = np.flatnonzero(counts)
-            if not len(used):  # flows that cross no link are not limited by the network
-                rates[unfrozen] = np.inf
-                break
-            share = residual[used] / counts[used]
-            x = max(float(share.min()), 0.0)
-            bottleneck = np.zeros(inc.n_links)
-            bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = 1.0
-            newly = unfrozen & ((inc.flows_links @ bottleneck) > 0)
-            rates[newly] = x
-            residual -= (inc.links_flows @ newly.astype(float)) * x
-            np.maximum(residual, 0.0, out=residual)
-            unfrozen &= ~newly
-            left -= int(np.count_nonzero(newly))
+        if int(this) in reserved:
+            residual += reserved[int(this)]  # the level's own reservation comes back to it
+        _fill(inc, residual, unfrozen, rates)
     return rates
+
+
+def _fill(inc: Incidence, residual: np.ndarray, unfrozen: np.ndarray, rates: np.ndarray) -> None:
+    """Progressive filling of the ``unfrozen`` flows on ``residual`` (both updated in place), their
+    rates written to ``rates``: max-min fair among them."""
+    left = int(np.count_nonzero(unfrozen))
+    while left:
+        counts = inc.links_flows @ unfrozen.astype(float)
+        used = np.flatnonzero(counts)
+        if not len(used):  # flows that cross no link are not limited by the network
+            rates[unfrozen] = np.inf
+            break
+        share = residual[used] / counts[used]
+        x = max(float(share.min()), 0.0)
+        bottleneck = np.zeros(inc.n_links)
+        bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = 1.0
+        newly = unfrozen & ((inc.flows_links @ bottleneck) > 0)
+        rates[newly] = x
+        residual -= (inc.links_flows @ newly.astype(float)) * x
+        np.maximum(residual, 0.0, out=residual)
+        unfrozen &= ~newly
+        left -= int(np.count_nonzero(newly))
 
 
 def link_load(inc: Incidence, rates: np.ndarray) -> np.ndarray:

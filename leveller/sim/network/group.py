@@ -25,9 +25,12 @@ DONE = 1e-9  # a flow with at most this fraction of its bytes left is finished
 class Group:
     """Jobs that contend, their flows' local state, and their next event time."""
 
-    def __init__(self, jobs: Sequence[RunJob], capacity: np.ndarray, now: float, overlap: bool) -> None:
+    def __init__(self, jobs: Sequence[RunJob], capacity: np.ndarray, now: float, overlap: bool,
+                 floor: float = 0.0, top: int | None = None) -> None:
         self.jobs = list(jobs)
         self.overlap = overlap
+        self.floor = floor  # share of a link guaranteed to each level below ``top`` (fluid.max_min_rates)
+        self.top = top
         self.t = now
         self.version = 0
         paths = [p for j in self.jobs for p in j.paths]
@@ -129,7 +132,7 @@ class Group:
         rate = np.where(self.active & self.solo, self.solo_rate, 0.0)
         if len(self.coupled):
             c = self.coupled
-            rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c])
+            rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c], self.floor, self.top)
         self.rate = rate
 
     def job_timer(self, i: int) -> float:
