@@ -25,8 +25,18 @@
  * agent was killed. Without any lease (manual set_tc), classes stay.
  *
  * Socket path: $LEVELLER_SHIM_SOCK, else leveller-shim-<pid>.sock in
- * /run/leveller (if writable), $XDG_RUNTIME_DIR, or /tmp. The job name comes
- * from $LEVELLER_JOB.
+ * /run/leveller/shim, and only when that is a directory of root's that not
+ * every user may write (the root agent trusts what it finds there; the agent
+ * creates it). Never /tmp or $XDG_RUNTIME_DIR: any user could serve a socket of
+ * that name there. The socket is mode 0600 whatever the umask (root, the agent,
+ * connects anyway). The job name comes from $LEVELLER_JOB.
+ *
+ * The shim must never hurt its host application: every reply is sent with
+ * MSG_NOSIGNAL (a client that closed early gets EPIPE, not the process a
+ * SIGPIPE), and one client at a time is served under a deadline: a request
+ * line must arrive within IO_TIMEOUT_MS of the connection (or of the previous
+ * reply), and its reply must be taken within IO_TIMEOUT_MS, else the
+ * connection is dropped, so a client dripping bytes cannot hold the channel.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -34,8 +44,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +57,8 @@
 
 #define LEASE_MAX_MS 86400000L
 #define REQUEST_MAX 4096
+#define IO_TIMEOUT_MS 2000
+#define SOCK_DIR "/run/leveller/shim"
 
 static pthread_mutex_t g_start = PTHREAD_MUTEX_INITIALIZER;
 static pid_t g_started_pid;
@@ -452,8 +466,46 @@ static void set_tc_locked(struct out *o, long tc, long qpn, int has_qp, const ch
 	put_results(o, bad, &r);
 }
 
-/* Answer one request line (line NULL: the line was too long). */
-static void handle(int fd, const char *line)
+/* Wait until fd is ready for events (poll) or deadline (CLOCK_MONOTONIC ns) passes: 1 ready, 0 not. */
+static int wait_io(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = mono_ns();
+		if (now >= deadline)
+			return 0;
+		struct pollfd p = {.fd = fd, .events = events};
+		int r = poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+		if (r > 0)
+			return 1;
+		if (r < 0 && errno != EINTR)
+			return 0;
+	}
+}
+
+/* Send len bytes within IO_TIMEOUT_MS: 0, or -1 (the client is gone or does not read: drop it).
+ * MSG_NOSIGNAL: a client that closed early must never kill the application with SIGPIPE. */
+static int send_all(int fd, const char *s, size_t len)
+{
+	uint64_t deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = send(fd, s + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_io(fd, POLLOUT, deadline))
+			continue;
+		return -1;
+	}
+	return 0;
+}
+
+/* Answer one request line (line NULL: the line was too long): 0, or -1 when the reply could not be
+ * sent (drop the connection). */
+static int handle(int fd, const char *line)
 {
 	static const char *const list_fields[] = {"op", NULL};
 	struct out o = {0};
@@ -489,72 +541,91 @@ static void handle(int fd, const char *line)
 	shim_free(req);
 	put(&o, "\n");
 	static const char oom[] = "{\"ok\": false, \"error\": \"out of memory in the shim building the reply\"}\n";
-	const char *s = o.oom ? oom : o.s;
-	size_t len = o.oom ? sizeof(oom) - 1 : o.len, off = 0;
-	while (off < len) {
-		ssize_t w = write(fd, s + off, len - off);
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
+	int rc = o.oom ? send_all(fd, oom, sizeof(oom) - 1) : send_all(fd, o.s, o.len);
 	shim_free(o.s);
+	return rc;
+}
+
+/* One connection: request lines until the client closes, errs or misses the deadline. */
+static void serve_one(int fd)
+{
+	char buf[REQUEST_MAX];
+	size_t len = 0;
+	int skipping = 0; /* inside a line too long: dropped up to its newline */
+	uint64_t deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull; /* for the next request line */
+	for (;;) {
+		if (!wait_io(fd, POLLIN, deadline))
+			return; /* a request that takes this long is a stuck or hostile client */
+		ssize_t r = recv(fd, buf + len, sizeof(buf) - 1 - len, MSG_DONTWAIT);
+		if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (r <= 0)
+			return;
+		len += (size_t)r;
+		buf[len] = 0;
+		char *nl;
+		while ((nl = memchr(buf, '\n', len))) {
+			*nl = 0;
+			if (!skipping && handle(fd, buf))
+				return;
+			if (!skipping)
+				deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull;
+			skipping = 0;
+			size_t used = (size_t)(nl - buf) + 1;
+			memmove(buf, nl + 1, len - used);
+			len -= used;
+			buf[len] = 0;
+		}
+		if (len == sizeof(buf) - 1) { /* line too long: answer once, drop the rest of it */
+			if (!skipping && handle(fd, NULL))
+				return;
+			if (!skipping)
+				deadline = mono_ns() + IO_TIMEOUT_MS * 1000000ull;
+			skipping = 1;
+			len = 0;
+		}
+	}
 }
 
 static void *serve(void *arg)
 {
 	int ls = (int)(intptr_t)arg;
 	for (;;) {
-		int fd = accept(ls, NULL, NULL);
+		int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			return NULL;
 		}
-		char buf[REQUEST_MAX];
-		size_t len = 0;
-		int skipping = 0; /* inside a line too long: dropped up to its newline */
-		for (;;) {
-			ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
-			if (r <= 0)
-				break;
-			len += (size_t)r;
-			buf[len] = 0;
-			char *nl;
-			while ((nl = memchr(buf, '\n', len))) {
-				*nl = 0;
-				if (!skipping)
-					handle(fd, buf);
-				skipping = 0;
-				size_t used = (size_t)(nl - buf) + 1;
-				memmove(buf, nl + 1, len - used);
-				len -= used;
-				buf[len] = 0;
-			}
-			if (len == sizeof(buf) - 1) { /* line too long: answer once, drop the rest of it */
-				if (!skipping)
-					handle(fd, NULL);
-				skipping = 1;
-				len = 0;
-			}
-		}
+		serve_one(fd);
 		close(fd);
 	}
 }
 
-static void socket_path(char *out, size_t n)
+/* The socket's path into out: 0, or -1 with why (no control channel then). Only $LEVELLER_SHIM_SOCK
+ * or SOCK_DIR: the root agent trusts a socket there, so the directory must be root's (lstat: not a
+ * symlink) and not writable by every user (any user could serve leveller-shim-<its pid>.sock). */
+static int socket_path(char *out, size_t n, char *why, size_t wn)
 {
 	const char *env = getenv("LEVELLER_SHIM_SOCK");
 	if (env && *env) {
 		snprintf(out, n, "%s", env);
-		return;
+		return 0;
 	}
-	const char *dir = "/tmp";
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (access("/run/leveller", W_OK) == 0)
-		dir = "/run/leveller";
-	else if (xdg && *xdg && access(xdg, W_OK) == 0)
-		dir = xdg;
-	snprintf(out, n, "%s/leveller-shim-%d.sock", dir, (int)getpid());
+	struct stat st;
+	if (lstat(SOCK_DIR, &st)) {
+		snprintf(why, wn, "%s: %s (the agent creates it with --rdma; or set LEVELLER_SHIM_SOCK)", SOCK_DIR,
+			 strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & S_IWOTH)) {
+		snprintf(why, wn, "%s is %s, not a directory of root's that not every user may write", SOCK_DIR,
+			 !S_ISDIR(st.st_mode) ? "not a directory" : st.st_uid != 0 ? "not owned by root"
+									: "writable by every user");
+		return -1;
+	}
+	snprintf(out, n, "%s/leveller-shim-%d.sock", SOCK_DIR, (int)getpid());
+	return 0;
 }
 
 static void cleanup(void)
@@ -571,16 +642,26 @@ static void control_start(void)
 		return;
 	}
 	g_started_pid = getpid(); /* also after fork: the child starts its own */
-	socket_path(g_path, sizeof(g_path));
+	char why[300];
+	if (socket_path(g_path, sizeof(g_path), why, sizeof(why))) {
+		fprintf(stderr, "leveller-shim: no control socket: %s (traffic class control disabled)\n", why);
+		g_path[0] = 0;
+		pthread_mutex_unlock(&g_start);
+		return;
+	}
 	int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_path);
 	unlink(g_path);
-	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 8)) {
+	/* 0600 before listen(): nobody can connect in between (connect needs a listening socket) */
+	int bound = ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	if (!bound || chmod(g_path, 0600) || listen(ls, 8)) {
 		fprintf(stderr, "leveller-shim: control socket %s: %s (traffic class control disabled)\n", g_path,
 			strerror(errno));
+		if (bound)
+			unlink(g_path);
 		if (ls >= 0)
 			close(ls);
 		g_path[0] = 0;

@@ -17,23 +17,43 @@ datapath).
 A QP whose change fails keeps its old class (the shim guarantees that); the
 enforcer records the error and retries at the next ``apply``. A shim process
 that vanished takes its QPs with it: they are forgotten.
+
+A shim that cannot be trusted or does not answer in time costs the agent at
+most one deadline (leveller.agent.shim_control checks the peer and every reply):
+the shims are listed in parallel under one deadline for the whole listing, and
+one that failed is left alone for a while (2 s, doubling up to 60 s) by the
+listing and the enforcer alike; its own lease ends what we changed there. A
+slow or hostile shim never stalls the reports of the others.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from leveller.agent.reports import FlowSample, JobClassifier
-from leveller.agent.shim_control import LEASE_MAX_MS, QpInfo, ShimClient, ShimError, discover, dscp_traffic_class
+from leveller.agent.shim_control import (
+    LEASE_MAX_MS,
+    QpInfo,
+    ShimClient,
+    ShimError,
+    discover,
+    dscp_traffic_class,
+    prepare_socket_dir,
+)
 from leveller.model.flow import FlowKey, flow_key
 
 ROCE_V2_PORT = 4791
 UDP = 17
+LIST_TIMEOUT_S = 1.0  # one listing of every shim (a shim answers in well under 1 ms)
+BACKOFF_S = (2.0, 60.0)  # a shim that failed is left alone this long, doubling up to the maximum
+LIST_WORKERS = 8
 
 
 class Enforcer(Protocol):
@@ -82,29 +102,70 @@ class ShimFlows:
 
     ``sockets`` lists the shims' control sockets (default: discover());
     ``base`` classifies every other flow (e.g. TCP by port or cgroup). Bytes
-    are reported as 0: the shim does not count RDMA traffic.
+    are reported as 0: the shim does not count RDMA traffic. ``list_timeout_s``
+    bounds a whole listing (the shims are asked in parallel); ``timeout_s``
+    bounds one class change (it may wait for the QP's sends to drain).
     """
 
     def __init__(self, sockets: Callable[[], Iterable[Path]] = discover, base: JobClassifier | None = None,
-                 timeout_s: float = 5.0, client: Callable[[Path, float], Any] = ShimClient) -> None:
+                 timeout_s: float = 5.0, client: Callable[[Path, float], Any] = ShimClient,
+                 list_timeout_s: float = LIST_TIMEOUT_S, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.sockets, self.base, self.timeout_s, self.client = sockets, base, timeout_s, client
+        self.list_timeout_s, self.monotonic = list_timeout_s, monotonic
         self.qps: dict[FlowKey, QpRef] = {}
         self.errors: list[str] = []
+        self._backoff: dict[Path, tuple[float, float]] = {}  # socket -> (left alone until, last delay)
+
+    def usable(self, path: Path) -> bool:
+        """False while the shim at ``path`` is left alone after a failure."""
+        entry = self._backoff.get(Path(path))
+        return entry is None or entry[0] <= self.monotonic()
+
+    def failed(self, path: Path) -> None:
+        """The shim at ``path`` failed (unreachable, too slow, or an invalid answer): leave it alone for a
+        while, longer each time in a row."""
+        path = Path(path)
+        _, last = self._backoff.get(path, (0.0, 0.0))
+        delay = min(BACKOFF_S[1], max(BACKOFF_S[0], 2 * last))
+        self._backoff[path] = (self.monotonic() + delay, delay)
+
+    def answered(self, path: Path) -> None:
+        self._backoff.pop(Path(path), None)
+
+    def _list(self, path: Path) -> list[QpInfo] | ShimError:
+        try:
+            return list(self.client(path, self.list_timeout_s).list_qps())
+        except ShimError as exc:
+            return exc
 
     def refresh(self) -> dict[FlowKey, QpRef]:
-        """List the QPs again (a shim that cannot be reached is skipped and noted in ``errors``)."""
+        """List the QPs again (a shim that cannot be reached or answers wrong is skipped and noted in
+        ``errors``, and left alone for a while)."""
         qps: dict[FlowKey, QpRef] = {}
         errors = []
-        for path in self.sockets():
-            try:
-                listed = self.client(Path(path), self.timeout_s).list_qps()
-            except ShimError as exc:
-                errors.append(str(exc))
+        paths = list(dict.fromkeys(Path(p) for p in self.sockets()))
+        due = [p for p in paths if self.usable(p)]
+        for path in paths:
+            if path not in due:
+                errors.append(f"shim {path}: skipped for {self._backoff[path][0] - self.monotonic():.0f} s more "
+                              "after it failed")
+        if len(due) > 1:
+            with ThreadPoolExecutor(max_workers=min(LIST_WORKERS, len(due))) as pool:
+                listed = list(pool.map(self._list, due))
+        else:
+            listed = [self._list(p) for p in due]
+        for path, result in zip(due, listed):
+            if isinstance(result, ShimError):
+                errors.append(str(result))
+                self.failed(path)
                 continue
-            for q in listed:
+            self.answered(path)
+            for q in result:
                 key = qp_flow_key(q)
                 if key is not None:
-                    qps[key] = QpRef(Path(path), q.pid, q.qp, q.job, q.tc)
+                    qps[key] = QpRef(path, q.pid, q.qp, q.job, q.tc)
+        for gone in set(self._backoff) - set(paths):
+            del self._backoff[gone]
         self.qps, self.errors = qps, errors
         return qps
 
@@ -151,6 +212,8 @@ class ShimEnforcer:
         for path, keys in self._by_socket().items():
             ref = self._refs[keys[0]]
             try:
+                if not self.flows.usable(path):
+                    raise ShimError("left alone after it failed")
                 self.flows.client(path, self.flows.timeout_s).lease(0)
             except ShimError as exc:
                 if ref.socket.exists() and Path(f"/proc/{ref.pid}").exists():
@@ -162,12 +225,16 @@ class ShimEnforcer:
         back already: forget them (the next change starts afresh)."""
         for path, keys in self._by_socket().items():
             ref = self._refs[keys[0]]
+            if not self.flows.usable(path):
+                self.errors.append(f"pid {ref.pid} ({ref.job}): lease not renewed: left alone after it failed")
+                continue
             try:
                 running = self.flows.client(path, self.flows.timeout_s).lease(lease_ms)
             except ShimError as exc:
                 if not ref.socket.exists() or not Path(f"/proc/{ref.pid}").exists():
                     self._forget(keys)  # the process ended: its QPs are gone
                 else:
+                    self.flows.failed(path)
                     self.errors.append(f"pid {ref.pid} ({ref.job}): lease not renewed: {exc}")
                 continue
             if not running:
@@ -192,12 +259,16 @@ class ShimEnforcer:
 
     def _set(self, key: FlowKey, ref: QpRef, tc: int, lease_ms: int | None = None) -> bool:
         """True when the QP has class ``tc`` afterwards, or is gone (nothing left to change)."""
+        if not self.flows.usable(ref.socket):
+            self.errors.append(f"QP {ref.qp} of pid {ref.pid} ({ref.job}): left alone after its shim failed")
+            return False
         try:
             results = self.flows.client(ref.socket, self.flows.timeout_s).set_traffic_class(
                 tc, qp=ref.qp, lease_ms=lease_ms)
         except ShimError as exc:
             if not ref.socket.exists() or not Path(f"/proc/{ref.pid}").exists():
                 return True  # the process ended: its QPs are gone
+            self.flows.failed(ref.socket)
             self.errors.append(f"QP {ref.qp} of pid {ref.pid} ({ref.job}): {exc}")
             return False
         if not results:
@@ -243,6 +314,9 @@ class MergedFlows:
 
 def add_shim(flows: Any, enforcer: Enforcer, classifier: JobClassifier,
              sockets: Callable[[], Iterable[Path]] = discover) -> tuple[MergedFlows, SplitEnforcer, ShimFlows]:
-    """An agent's (flows, enforcer, classifier) extended with the shim's QPs: pass the three to Agent."""
+    """An agent's (flows, enforcer, classifier) extended with the shim's QPs: pass the three to Agent.
+    With the default sockets, the shims' directory is created (as root) or refused if untrusted."""
+    if sockets is discover:
+        prepare_socket_dir()
     shim = ShimFlows(sockets, base=classifier)
     return MergedFlows(shim, flows), SplitEnforcer(ShimEnforcer(shim), enforcer), shim

@@ -16,7 +16,11 @@ make every later report of the host invalid.
 
 :class:`RateTracker` is pure (lines and times in, counts out); :class:`LogTailer`
 follows a file or a FIFO with bounded reads, surviving truncation, rotation
-and late creation.
+and late creation. A log path that leads to anything else (a directory, a
+device such as /dev/zero, a socket, a symlink loop, a file it may not read) is
+skipped and counted like a bad line (field ``log``), and followed again once it
+is a log again: the agent, which marks every flow of the host, must not stop
+for one job's log.
 """
 
 from __future__ import annotations
@@ -161,6 +165,11 @@ class LogTailer:
     A file created, rotated or truncated later is read from its start. Lines
     longer than ``max_line`` bytes are skipped and counted in ``long_lines``.
     ``behind`` is True while more than one poll's worth is waiting.
+    Only regular files and FIFOs are opened (checked before the open, so no
+    device is ever opened, and again on the open descriptor); a path that leads
+    elsewhere or cannot be opened or read is skipped: ``on_reject("log", why)``
+    is called (the agent counts it with the bad lines) and ``bad_logs`` counts
+    up, once each time the path goes bad, not at every poll.
     """
 
     def __init__(self, path: str, from_start: bool = False, edge_bytes: int = EDGE_BYTES,
@@ -171,8 +180,12 @@ class LogTailer:
         self.max_read, self.max_line, self.edge_bytes = max_read, max_line, edge_bytes
         self.long_lines = 0
         self.behind = False
+        self.on_reject: Callable[[str, str], None] | None = None  # (field "log", why): set by the agent
+        self.bad_logs = 0  # times the path went bad (not a regular file or FIFO, or unreadable)
+        self._bad: str | None = None  # why the path is not read now (None: it is, or it does not exist)
+        self._unreported: list[str] = []  # refusals before on_reject was set (reported at the next poll)
         self._fd: int | None = None
-        self._inode: int | None = None
+        self._inode: tuple[int, int] | None = None  # (device, inode) of the open log
         self._pos = 0
         self._edge_lines: list[str] = []  # joined late: complete lines of the file's two ends, for the next poll
         self._partial = b""
@@ -180,32 +193,80 @@ class LogTailer:
         if not from_start:
             self._open(at_end=True)  # the end as of now; a file that appears later is read whole
 
+    def _refuse(self, why: str) -> bool:
+        """Skip the path (False): report why, once per time it goes bad."""
+        if why != self._bad:
+            self._bad = why
+            self.bad_logs += 1
+            message = f"log {self.path}: {why}"
+            if self.on_reject is not None:
+                self.on_reject("log", message)
+            else:
+                self._unreported = [*self._unreported[-15:], message]
+        return False
+
     def _open(self, at_end: bool = False) -> bool:
+        try:  # stat first (following a symlink: a log may be a link to the current file): never open a device
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._bad = None
+            return False
+        except OSError as exc:  # a symlink loop, a path through a file, no permission
+            return self._refuse(f"cannot be opened: {exc.strerror}")
+        if not _is_log(st.st_mode):
+            return self._refuse(f"it is {_kind(st.st_mode)}; only regular files and FIFOs are read")
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            return self._refuse(f"cannot be opened: {exc.strerror}")
         st = os.fstat(fd)
-        self._fd, self._inode, self._partial, self._discarding = fd, st.st_ino, b"", False
+        if not _is_log(st.st_mode):  # replaced between the stat and the open
+            os.close(fd)
+            return self._refuse(f"it is {_kind(st.st_mode)}; only regular files and FIFOs are read")
+        self._bad = None
+        self._fd, self._inode, self._partial, self._discarding = fd, (st.st_dev, st.st_ino), b"", False
         self._pos, self._edge_lines = 0, []
         size = st.st_size
         if at_end and _is_regular(st.st_mode) and size > 2 * self.edge_bytes:
-            tail = os.pread(fd, max(self.edge_bytes, 1), size - max(self.edge_bytes, 1))
-            cut = tail.rfind(b"\n") + 1  # a line being written is read whole at the next poll
-            self._pos = size - len(tail) + cut
-            self._discarding = cut == 0  # no line end in sight: drop the rest of that line
-            if self.edge_bytes:
-                head = os.pread(fd, self.edge_bytes, 0).split(b"\n")[:-1]  # complete lines only
-                self._edge_lines = [self._decode(raw) for raw in head + tail[:cut].split(b"\n")[1:-1]
-                                    if len(raw) <= self.max_line]
+            try:
+                self._read_edges(fd, size)
+            except OSError as exc:
+                self.close()
+                return self._refuse(f"read failed: {exc.strerror}")
         return True
+
+    def _read_edges(self, fd: int, size: int) -> None:
+        """Joined late: start at the end, keeping the complete lines of the file's two ends for the next poll."""
+        tail = os.pread(fd, max(self.edge_bytes, 1), size - max(self.edge_bytes, 1))
+        cut = tail.rfind(b"\n") + 1  # a line being written is read whole at the next poll
+        self._pos = size - len(tail) + cut
+        self._discarding = cut == 0  # no line end in sight: drop the rest of that line
+        if self.edge_bytes:
+            head = os.pread(fd, self.edge_bytes, 0).split(b"\n")[:-1]  # complete lines only
+            self._edge_lines = [self._decode(raw) for raw in head + tail[:cut].split(b"\n")[1:-1]
+                                if len(raw) <= self.max_line]
 
     def poll(self) -> list[str]:
         """Return the complete lines written since the last poll (reading at most ``max_read`` bytes)."""
+        if self._unreported and self.on_reject is not None:
+            for message in self._unreported:
+                self.on_reject("log", message)
+            self._unreported = []
         if self._fd is None and not self._open():
             return []
         assert self._fd is not None
         lines, self._edge_lines = self._edge_lines, []
+        try:
+            return lines + self._read()
+        except OSError as exc:  # an I/O error on the open log: drop it, try the path again at the next poll
+            self.close()
+            self._refuse(f"read failed: {exc.strerror}")
+            return lines
+
+    def _read(self) -> list[str]:
+        assert self._fd is not None
         st = os.fstat(self._fd)
         if _is_regular(st.st_mode):
             if st.st_size < self._pos:  # truncated
@@ -228,13 +289,16 @@ class LogTailer:
                 size += len(chunk)
             data = b"".join(chunks)
             self.behind = size >= self.max_read
-        return lines + self._split(data)
+        return self._split(data)
 
     def _rotated(self) -> bool:
         try:
-            return os.stat(self.path).st_ino != self._inode
+            st = os.stat(self.path)
         except FileNotFoundError:
             return False
+        except OSError:
+            return True  # the path leads nowhere readable now (a symlink loop...): the next open says why
+        return (st.st_dev, st.st_ino) != self._inode
 
     def _split(self, data: bytes) -> list[str]:
         """Complete lines of partial + data; an over-long line is dropped (counted once), in pieces."""
@@ -267,3 +331,17 @@ class LogTailer:
 
 def _is_regular(mode: int) -> bool:
     return stat.S_ISREG(mode)
+
+
+def _is_log(mode: int) -> bool:
+    """What a log may be: a regular file, or a FIFO a job writes into."""
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a unix socket"),
+                       (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return f"not a regular file (mode {mode:o})"

@@ -170,9 +170,11 @@ class Agent:
     def __post_init__(self) -> None:
         if self.rejected is None:
             self.rejected = Rejections(self.metrics)
-        for _, tracker in self.logs:
+        for tailer, tracker in self.logs:
             if tracker.on_reject is None:
                 tracker.on_reject = self.rejected
+            if getattr(tailer, "on_reject", False) is None:  # a log that is not a log: counted like a bad line
+                tailer.on_reject = self.rejected
         if self.demotion is not None and self.activity is None:
             self.activity = FlowActivity(DEFAULT_QUIET_S)
 

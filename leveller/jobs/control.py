@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,16 +72,66 @@ def shift_from_dict(raw: Any) -> ShiftOrder:
     return ShiftOrder(check_name(raw["job"], "job"), plan, float(start), float(period))
 
 
+def shift_name(job: str) -> str:
+    """The shift file's name for ``job`` (a checked job name: no path separator, no dot-dot)."""
+    return f"{check_name(job, 'job')}.shift"
+
+
 def shift_path(directory: Path | str, job: str) -> Path:
     """Where an agent with ``--shift-dir DIRECTORY`` writes the shift orders of ``job``."""
-    return Path(directory) / f"{check_name(job, 'job')}.shift"
+    return Path(directory) / shift_name(job)
+
+
+SHIFT_FILE_MODE = 0o644  # every job's user reads its file, whatever the agent's umask
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_shift_at(dir_fd: int, name: str, order: ShiftOrder) -> None:
+    """Replace the shift file ``name`` of the directory open as ``dir_fd`` atomically (a reader sees the
+    old or the new order, never half of one), following no name in it: the agent is root and the
+    directory may be writable by the jobs' users. The data goes to a temporary name created with
+    O_CREAT|O_EXCL|O_NOFOLLOW (an entry already there, a planted symlink or a stale file, is removed
+    first; a new random name is tried if it is planted again), then renamed onto ``name`` within the
+    same directory (a rename replaces a symlink there, never what it points to)."""
+    data = json.dumps(order.to_dict()).encode()
+    tmp = f".{name}.{os.getpid()}.tmp"
+    for _ in range(8):
+        try:
+            fd = os.open(tmp, _CREATE, SHIFT_FILE_MODE, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)  # the name only: unlink never follows a symlink
+            except FileNotFoundError:
+                pass
+            tmp = f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    else:
+        raise FileExistsError(f"shift file {name}: every temporary name tried was taken at once (someone is "
+                              "racing the agent in its shift directory)")
+    try:
+        try:
+            os.fchmod(fd, SHIFT_FILE_MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
 
 
 def write_shift(path: Path, order: ShiftOrder) -> None:
-    """Replace the shift file atomically (a reader sees the old or the new order, never half of one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(order.to_dict()))
-    tmp.replace(path)
+    """Replace the shift file at ``path`` atomically, as :func:`write_shift_at` does in its directory."""
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_shift_at(dir_fd, path.name, order)
+    finally:
+        os.close(dir_fd)
 
 
 def phase_delay(order: ShiftOrder, now: float, late_share: float = LATE_SHARE) -> float:
