@@ -65,6 +65,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-mbps", type=float, default=None, metavar="R",
                         help="rate of every emulated link, Mbit/s (default 25: what one ovs-vswitchd thread forwards "
                         "through three bridges without becoming the bottleneck)")
+    from leveller.demo.switching import DEFAULT_MODE, MODES
+
+    parser.add_argument("--switching", choices=tuple(MODES), default=DEFAULT_MODE,
+                        help="LEVELLER's remedies for the TCP cost of changing priorities: hysteresis (the "
+                        "controller's --switch-delta/--switch-dwell), floor (every queue below the top keeps a "
+                        "share of its port; the network's, so every policy runs on it), phase (agents demote a "
+                        "flow when its communication phase ended), all, or paper (none) (default "
+                        f"{DEFAULT_MODE})")
     parser.add_argument("--fig9", action="store_true",
                         help="Figure 9 instead: three 2-host jobs on one bottleneck with 2 levels")
     parser.add_argument("--out", default="out/tenants", metavar="DIR",
@@ -190,9 +198,11 @@ def _settings(args: argparse.Namespace) -> Any:
 def _run(args: argparse.Namespace, counts: list[int], policies: list[str], console: Any) -> list[Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from leveller.demo.switching import MODES
     from leveller.demo.tenants_run import run_fig9, run_repeat
 
     settings = _settings(args)
+    switching = MODES[args.switching]
     units = [(n, r) for n in counts for r in range(1 if args.fig9 else args.repeats)]
     total = sum(n * args.alone + len(policies) * args.duration for n, _ in units)
     done: dict[str, float] = {}
@@ -213,15 +223,23 @@ def _run(args: argparse.Namespace, counts: list[int], policies: list[str], conso
 
         for n, r in units:
             if args.fig9:
-                rep = run_fig9(policies, settings, args.name, args.ref_gbps, lock, step, note, args.link_mbps)
+                rep = run_fig9(policies, settings, args.name, args.ref_gbps, lock, step, note, args.link_mbps,
+                               switching)
             else:
                 rep = run_repeat(n, r, args.seed, policies, settings, args.name, args.ref_gbps, lock, step, note,
-                                 args.link_mbps)
+                                 args.link_mbps, switching)
             repeats.append(rep)
             if not args.json:
                 console.print(f"{'fig9' if args.fig9 else f'{n} tenants, repeat {r + 1}'} ({rep.seconds:.0f} s): "
-                              + "; ".join(f"{run.policy} min {run.min:.3f} avg {run.avg:.3f}" for run in rep.runs))
+                              + "; ".join(f"{run.policy} min {run.min:.3f} (model {run.model_min or 0:.3f}) avg "
+                                          f"{run.avg:.3f}" for run in rep.runs))
     return repeats
+
+
+def _switching(args: argparse.Namespace) -> dict[str, Any]:
+    from leveller.demo.switching import MODES
+
+    return MODES[args.switching].to_dict()
 
 
 def _print_scaling(console: Any, args: argparse.Namespace) -> None:
@@ -253,13 +271,15 @@ def _finish_tenants(args: argparse.Namespace, repeats: list[Any], out: Path) -> 
     details = {"results": doc, "comparisons": comparisons(doc),
                "settings": {"seed": args.seed, "repeats": args.repeats, "levels": args.levels,
                             "duration_s": args.duration, "alone_s": args.alone, "ref_gbps": args.ref_gbps,
-                            "link_mbps": args.link_mbps},
+                            "link_mbps": args.link_mbps, "switching": _switching(args)},
                "repeats": [{"tenants": r.tenants, "repeat": r.repeat, "seconds": round(r.seconds, 1),
                             "jobs": {t.name: t.to_dict() for t in r.jobs},
                             "ideal_s": {k: round(v, 4) for k, v in r.ideal.items()},
                             "runs": {run.policy: {"rates": {k: round(v, 4) for k, v in run.rates.items()},
                                                   "iterations": run.iterations, "window_s": round(run.window_s, 2),
-                                                  "top_job_changes": run.switches, "cassini_plans": run.plans}
+                                                  "top_job_changes": run.switches, "cassini_plans": run.plans,
+                                                  "tcp": run.tcp,
+                                                  "model": {k: round(v, 4) for k, v in run.model.items()}}
                                      for run in r.runs}} for r in repeats],
                "seconds": round(sum(r.seconds for r in repeats), 1)}
     (out / "tenants.json").write_text(json.dumps(details, indent=1))
@@ -268,6 +288,10 @@ def _finish_tenants(args: argparse.Namespace, repeats: list[Any], out: Path) -> 
 
         plot_fig10(out / "tenants.png", doc, f"leaf-spine, {args.repeats} repeat(s), {args.duration:g} s per run, "
                                               f"K={args.levels}; mean over repeats, bars: 1 sd")
+        from leveller.demo.tenants_plot import plot_live_vs_model
+
+        plot_live_vs_model(out / "tenants-model.png", [run for r in repeats for run in r.runs],
+                           f"R per job, live against the fluid model; switching {args.switching}")
     if args.json:
         print(json.dumps(doc))
         return 0
@@ -292,10 +316,30 @@ def _print_table(doc: dict[str, Any], details: dict[str, Any], out: Path, args: 
             table.add_row(n, pol, f"{m:.3f} ± {s:.3f}", f"{a:.3f} ± {t:.3f}",
                           " ".join(f"{x:.2f}" for x in v["min"]), " ".join(f"{x:.2f}" for x in v["avg"]))
     console.print(table)
+    console.print(_placements_table(details))
     for n, row in details["comparisons"].items():
         console.print(f"{n} tenants: LEVELLER " + ", ".join(f"{k.replace('_', ' ')} {v:+.1%}" for k, v in row.items()))
     console.print(f"{details['seconds'] / 60:.1f} min in all; details in {out / 'tenants.json'}"
                   + (f", plot {out / 'tenants.png'}" if args.plot else ""))
+
+
+def _placements_table(details: dict[str, Any]) -> Any:
+    """Per placement and policy: min R live / model, the top job's changes and TCP's timeouts."""
+    from rich.table import Table
+
+    table = Table(title="per placement: min R live / fluid model, top-job changes, TCP retransmission timeouts")
+    for col in ("tenants", "repeat", "policy", "min R live", "min R model", "live / model", "top changes",
+                "timeouts", "retrans segs"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for rep in details["repeats"]:
+        for pol, run in rep["runs"].items():
+            live = min(run["rates"].values())
+            model = min(run["model"].values()) if run["model"] else None
+            table.add_row(str(rep["tenants"]), str(rep["repeat"] + 1), pol, f"{live:.3f}",
+                          "-" if model is None else f"{model:.3f}", "-" if not model else f"{live / model:.2f}",
+                          str(run["top_job_changes"]), str(run["tcp"].get("timeouts", "-")),
+                          str(run["tcp"].get("retrans_segs", "-")))
+    return table
 
 
 def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
@@ -303,7 +347,11 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
 
     doc = {"fig9": {run.policy: {"iterations": run.iterations, "rates": {k: round(v, 4) for k, v in run.rates.items()},
                                  "min": round(run.min, 4), "avg": round(run.avg, 4), "top_job_changes": run.switches,
-                                 "cassini_plans": run.plans} for run in rep.runs},
+                                 "cassini_plans": run.plans, "tcp": run.tcp,
+                                 "model": {k: round(v, 4) for k, v in run.model.items()},
+                                 "model_min": None if run.model_min is None else round(run.model_min, 4)}
+                    for run in rep.runs},
+           "switching": _switching(args),
            "window_s": round(min(run.window_s for run in rep.runs), 2),
            "jobs": {t.name: t.to_dict() for t in rep.jobs}, "ideal_s": {k: round(v, 4) for k, v in rep.ideal.items()},
            "paper": PAPER_FIG9, "seconds": round(rep.seconds, 1), "link_mbps": args.link_mbps}
@@ -313,6 +361,10 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
 
         plot_fig9(out / "fig9.png", rep.runs, {t.name: t.model.model for t in rep.jobs},
                   f"three 2-host jobs on one {args.link_mbps:g} Mbit/s bottleneck, K=2, {args.duration:g} s")
+        from leveller.demo.tenants_plot import plot_live_vs_model
+
+        plot_live_vs_model(out / "fig9-model.png", rep.runs,
+                           f"Figure 9: R per job, live against the fluid model; switching {args.switching}")
     if args.json:
         print(json.dumps(doc))
         return 0
@@ -323,11 +375,14 @@ def _finish_fig9(args: argparse.Namespace, rep: Any, out: Path) -> int:
     names = [t.name for t in rep.jobs]
     table = Table(title=f"Figure 9: iterations in a common {doc['window_s']:g} s window, three 2-host jobs on one "
                         "bottleneck, 2 levels")
-    for col in ("policy", *[f"{n} ({t.model.model})" for n, t in zip(names, rep.jobs)], "min R", "avg R", "paper"):
+    for col in ("policy", *[f"{n} ({t.model.model})" for n, t in zip(names, rep.jobs)], "min R", "avg R",
+                "min R model", "top changes", "timeouts", "paper"):
         table.add_column(col, justify="left" if col in ("policy", "paper") else "right")
     for run in rep.runs:
         paper = PAPER_FIG9.get(run.policy)
         table.add_row(run.policy, *[str(run.iterations[n]) for n in names], f"{run.min:.3f}", f"{run.avg:.3f}",
+                      "-" if run.model_min is None else f"{run.model_min:.3f}", str(run.switches),
+                      str(run.tcp.get("timeouts", "-")),
                       f"{'/'.join(map(str, paper['iterations']))}, min {paper['min']}" if paper else "")
     console.print(table)
     console.print("ideal iteration times alone: " + ", ".join(f"{k} {v:.3f} s" for k, v in rep.ideal.items())

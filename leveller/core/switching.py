@@ -52,7 +52,8 @@ class SwitchRule:
 
 
 PAPER = SwitchRule()
-DEFAULT = PAPER  # the live controller's default (chosen by measurement: docs/switching.md)
+# the live controller's default, chosen by measurement on Figure 9 live (docs/switching.md)
+DEFAULT = SwitchRule(delta=0.02, dwell=2.0)
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,12 @@ class PolicyRun:
     window_s: float
     switches: int = 0  # re-rankings that changed the controller's first job
     plans: int = 0  # CASSINI plans the controller made (policy cassini)
+    tcp: dict[str, int] = field(default_factory=dict)  # retransmitted segments and timeouts (leveller.demo.tcpstats)
+    model: dict[str, float] = field(default_factory=dict)  # R per job in the fluid model (demo.tenants_model)
+
+    @property
+    def model_min(self) -> float | None:
+        return min(self.model.values()) if self.model else None
 
     @property
     def min(self) -> float:
@@ -251,14 +257,23 @@ class Repeat:
     seconds: float = 0.0  # wall time of the repeat (cluster up to down)
 
 
-def contract(repeats: Sequence[Repeat]) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """``{"<tenants>": {"<policy>": {"min": [R per repeat], "avg": [R per repeat]}}}`` (DESIGN.md)."""
-    out: dict[str, dict[str, dict[str, list[float]]]] = {}
+def contract(repeats: Sequence[Repeat]) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """``{"<tenants>": {"<policy>": {"min": [R per repeat], "avg": [R per repeat], "top_job_changes": [...],
+    "retrans_segs": [...], "timeouts": [...], "model": [{job: R} per repeat], "model_min": [...]}}}``
+    (docs/api.md)."""
+    out: dict[str, dict[str, dict[str, list[Any]]]] = {}
     for rep in sorted(repeats, key=lambda r: (r.tenants, r.repeat)):
         for run in rep.runs:
-            entry = out.setdefault(str(rep.tenants), {}).setdefault(run.policy, {"min": [], "avg": []})
+            entry = out.setdefault(str(rep.tenants), {}).setdefault(run.policy, {
+                "min": [], "avg": [], "top_job_changes": [], "retrans_segs": [], "timeouts": [], "model": [],
+                "model_min": []})
             entry["min"].append(round(run.min, 4))
             entry["avg"].append(round(run.avg, 4))
+            entry["top_job_changes"].append(run.switches)
+            entry["retrans_segs"].append(run.tcp.get("retrans_segs"))
+            entry["timeouts"].append(run.tcp.get("timeouts"))
+            entry["model"].append({k: round(v, 4) for k, v in run.model.items()})
+            entry["model_min"].append(None if run.model_min is None else round(run.model_min, 4))
     return out
 
 

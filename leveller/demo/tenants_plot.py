@@ -79,3 +79,32 @@ def plot_fig9(path: Path, runs: Sequence[PolicyRun], jobs: Mapping[str, Any], ti
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def plot_live_vs_model(path: Path, runs: Sequence[PolicyRun], title: str) -> None:
+    """R of every job of every run: the fluid model's (x) against the live measurement (y), one colour
+    per policy, with the diagonal (live = model) and the 0.9 x model line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    for pol, color in COLORS.items():
+        pts = [(run.model[j], r) for run in runs if run.policy == pol for j, r in run.rates.items() if j in run.model]
+        if pts:
+            xs, ys = zip(*pts)
+            ax.scatter(xs, ys, s=18, color=color, label=pol, alpha=0.8)
+    ax.plot([0, 1.05], [0, 1.05], color="#444", linewidth=0.8, label="live = model")
+    ax.plot([0, 1.05], [0, 0.945], color="#444", linewidth=0.6, linestyle=":", label="0.9 x model")
+    ax.set_xlim(0, 1.05)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("R in the fluid model (same jobs, placement, options)")
+    ax.set_ylabel("R measured live")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

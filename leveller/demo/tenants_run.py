@@ -20,10 +20,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from leveller.core.switching import PAPER
+from leveller.core.topology import Topology
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, profile_alone, run_policy
 from leveller.demo.measure import top_job_changes
+from leveller.demo.switching import DEFAULT_MODE, MODES, LiveSwitching
+from leveller.demo.tcpstats import difference, read_counters
 from leveller.demo.tenants import LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
+from leveller.demo.tenants_model import model_rates
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]
@@ -52,49 +57,63 @@ def held(lock: Path | None, note: Note = _quiet) -> Iterator[None]:
 
 
 def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[str], settings: LiveSettings,
-          link_mbps: float, label: str, step: Step) -> tuple[dict[str, float], list[PolicyRun]]:
+          link_mbps: float, label: str, step: Step, switching: LiveSwitching) -> tuple[dict[str, float],
+                                                                                   list[PolicyRun]]:
     jobs = [t.job(link_mbps) for t in tenants]
     ideal = {}
     for j in jobs:
         ideal[j.name] = profile_alone(cluster, j, settings, functools.partial(step, f"{label}: {j.name} alone"))
+    hosts = [cluster.netns(h) for h in sorted({h for j in jobs for h in j.hosts})]
+    topo: Topology = cluster.testbed.topology
     runs = []
     for pol in policies:
-        out = run_policy(cluster, pol, pol, jobs, ideal, dataclasses.replace(settings, overlap=pol == "leveller"),
-                         functools.partial(step, f"{label}: {pol}"))
+        ours = pol == "leveller"  # the switching options are LEVELLER's; the floor is the network's
+        run_settings = dataclasses.replace(
+            settings, overlap=ours, controller_args=switching.controller_args() if ours else (),
+            agent_args=switching.agent_args() if ours else ())
+        before = read_counters(hosts)
+        out = run_policy(cluster, pol, pol, jobs, ideal, run_settings, functools.partial(step, f"{label}: {pol}"))
+        tcp = difference(read_counters(hosts), before)
+        model = model_rates(topo, jobs, pol, settings.levels, settings.seconds, settings.tau_s,
+                            switching.rule if ours else PAPER, cluster.floor)
         plans = [d["shifts"]["plan"] for d in out.decisions if d.get("shifts")]
         runs.append(PolicyRun(pol, {j.name: out.rates[j.name] for j in jobs},
                               {j.name: out.logs[j.name].iterations_by(out.t_end) for j in jobs},
-                              out.t_end - out.t_start, top_job_changes(out.decisions), max(plans, default=0)))
+                              out.t_end - out.t_start, top_job_changes(out.decisions), max(plans, default=0),
+                              tcp, model))
     return ideal, runs
 
 
 def run_repeat(tenants: int, repeat: int, seed: int, policies: Sequence[str], settings: LiveSettings,
                name: str, ref_gbps: float, lock: Path | None = None, step: Step = _quiet,
-               note: Note = _quiet, link_mbps: float = LINK_MBPS) -> Repeat:
-    """One placement of ``tenants`` tenants under every policy (see the module doc)."""
+               note: Note = _quiet, link_mbps: float = LINK_MBPS,
+               switching: LiveSwitching = MODES[DEFAULT_MODE]) -> Repeat:
+    """One placement of ``tenants`` tenants under every policy (see the module doc), LEVELLER with
+    ``switching``'s options and the cluster's queues with its floor."""
     topo = leafspine(settings.levels, link_mbps)
     drawn = draw_tenants(tenants, topo, seed, repeat, ref_gbps)
     rep = Repeat(tenants, repeat, drawn)
     with held(lock, note):
         started = time.monotonic()
-        with DemoCluster(name, progress=note, topology=topo) as cluster:
+        with DemoCluster(name, progress=note, topology=topo, floor=switching.floor) as cluster:
             rep.ideal, rep.runs = _runs(cluster, drawn, policies, settings, link_mbps,
-                                        f"{tenants} tenants #{repeat + 1}", step)
+                                        f"{tenants} tenants #{repeat + 1}", step, switching)
         rep.seconds = time.monotonic() - started
     return rep
 
 
 def run_fig9(policies: Sequence[str], settings: LiveSettings, name: str, ref_gbps: float,
              lock: Path | None = None, step: Step = _quiet, note: Note = _quiet,
-             link_mbps: float = LINK_MBPS) -> Repeat:
-    """Three 2-host jobs on the dumbbell's one bottleneck, 2 levels, under every policy."""
+             link_mbps: float = LINK_MBPS, switching: LiveSwitching = MODES[DEFAULT_MODE]) -> Repeat:
+    """Three 2-host jobs on the dumbbell's one bottleneck, 2 levels, under every policy (LEVELLER with
+    ``switching``'s options, the queues with its floor)."""
     topo = dumbbell(link_mbps)
     jobs = fig9_tenants(ref_gbps)
     rep = Repeat(3, 0, jobs)
     with held(lock, note):
         started = time.monotonic()
-        with DemoCluster(name, progress=note, topology=topo) as cluster:
+        with DemoCluster(name, progress=note, topology=topo, floor=switching.floor) as cluster:
             rep.ideal, rep.runs = _runs(cluster, jobs, policies, dataclasses.replace(settings, levels=topo.levels),
-                                        link_mbps, "fig9", step)
+                                        link_mbps, "fig9", step, switching)
         rep.seconds = time.monotonic() - started
     return rep

@@ -87,12 +87,16 @@ def test_contract_and_comparisons() -> None:
     reps = []
     for r, (lev, crux) in enumerate(((0.6, 0.4), (0.7, 0.5))):
         rep = Repeat(3, r, [])
-        rep.runs = [PolicyRun("leveller", {"a": lev, "b": lev + 0.1}, {}, 60.0),
+        rep.runs = [PolicyRun("leveller", {"a": lev, "b": lev + 0.1}, {}, 60.0, switches=7 + r,
+                              tcp={"retrans_segs": 30, "timeouts": 2}, model={"a": 0.7, "b": 0.72}),
                     PolicyRun("crux", {"a": crux, "b": 0.95}, {}, 60.0)]
         reps.append(rep)
     doc = contract(reps)
-    assert doc == {"3": {"leveller": {"min": [0.6, 0.7], "avg": [0.65, 0.75]},
-                         "crux": {"min": [0.4, 0.5], "avg": [0.675, 0.725]}}}
+    assert {k: v for k, v in doc["3"]["leveller"].items()} == {
+        "min": [0.6, 0.7], "avg": [0.65, 0.75], "top_job_changes": [7, 8], "retrans_segs": [30, 30],
+        "timeouts": [2, 2], "model": [{"a": 0.7, "b": 0.72}] * 2, "model_min": [0.7, 0.7]}
+    assert doc["3"]["crux"]["min"] == [0.4, 0.5] and doc["3"]["crux"]["avg"] == [0.675, 0.725]
+    assert doc["3"]["crux"]["model_min"] == [None, None] and doc["3"]["crux"]["timeouts"] == [None, None]
     cmp = comparisons(doc)["3"]
     assert cmp["min_vs_crux"] == pytest.approx(0.65 / 0.45 - 1, abs=1e-4)
     assert cmp["avg_vs_crux"] == pytest.approx(0.70 / 0.70 - 1, abs=1e-4)
