@@ -19,7 +19,7 @@ lease). With --shift-dir DIR, CASSINI's time shifts (controller --policy cassini
 are written to DIR/JOB.shift, which the job emulator (--shift-file) and the hook
 (LEVELLER_SHIFT_FILE) follow.
 
-With --phase-demotion a flow moved to a lower level keeps its level until its
+With --phase-demotion (the default) a flow moved to a lower level keeps its level until its
 communication phase has ended: its byte counter stopped growing for one --poll
 interval, or its job logged an iteration end; at most --demote-wait-max
 seconds (default 1) and never beyond the lease of the level it keeps. A
@@ -142,11 +142,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", action="store_true",
                         help="apply the overlap rule: demote a job's flows to the lowest level while its announced "
                         "communication can wait (leveller-comm lines in its log)")
-    parser.add_argument("--phase-demotion", action=argparse.BooleanOptionalAction, default=False,
+    parser.add_argument("--phase-demotion", action=argparse.BooleanOptionalAction, default=True,
                         help="apply a flow's demotion (new level lower than its level now) only when its "
                         "communication phase has ended (its byte counter stopped growing over one --poll "
                         "interval, or its job logged an iteration end), at most --demote-wait-max seconds and "
-                        "never beyond the lease; promotions apply at once (default: off, every level at once)")
+                        "never beyond the lease; promotions apply at once (default: on; --no-phase-demotion: every "
+                        "level at once, the paper's)")
     parser.add_argument("--demote-wait-max", type=float, default=None, metavar="S",
                         help="with --phase-demotion: the longest a demotion waits for its flow's phase to end "
                         f"(default {DEFAULT_WAIT_MAX_S:g}; the lease of the level it keeps bounds it too), "

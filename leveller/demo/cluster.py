@@ -24,7 +24,7 @@ from leveller.testbed.cluster import Testbed
 from leveller.testbed.state import DEFAULT_BASE, check_name
 
 PIDS_FILE = "demo-pids.json"
-RTO_MIN_MS = 10
+RTO_MIN_MS = 50  # see DemoCluster._tune_hosts
 Progress = Callable[[str], None]
 
 
@@ -122,7 +122,10 @@ class DemoCluster:
         """Datacenter TCP settings in every host namespace (they go away with it): long-lived
         training connections keep their window across the compute phase (no slow start after
         idle), and a lost segment is resent after RTO_MIN_MS, not Linux's WAN default of 200 ms
-        (datacenters lower it against incast; here a 200 ms stall is a third of an iteration)."""
+        (datacenters lower it against incast; here a 200 ms stall is a third of an iteration). Not
+        lower: a flow that strict priority holds in a switch queue longer than its RTO times out
+        spuriously and backs off; on Figure 9 live (docs/switching.md) 10 ms gave LEVELLER 0.38-0.39
+        (paper's rule) and 0.42-0.44 (all remedies), 50 ms 0.42 and 0.43-0.46."""
         from leveller.procs import run
 
         topo = self.testbed.topology

@@ -197,8 +197,8 @@ def test_the_options_and_their_config_keys(tmp_path: Path) -> None:
     from tests.unit.test_config import parsed
 
     args = parsed(["agent"])
-    assert (args.phase_demotion, args.demote_wait_max, args.rto_min_ms) == (False, None, None)
-    assert _phase_demotion(args) is None  # off by default
+    assert (args.phase_demotion, args.demote_wait_max, args.rto_min_ms) == (True, None, None)  # on by default
+    assert _phase_demotion(parsed(["agent", "--no-phase-demotion"])) is None
     f = tmp_path / "agent.toml"
     f.write_text("phase_demotion = true\ndemote_wait_max = 0.5\nrto_min_ms = 10\npoll = 0.05\n")
     args = parsed(["agent", "--config", str(f)])
