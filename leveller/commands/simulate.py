@@ -240,3 +240,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from leveller.commands.simulate_network import configure as configure_network
 
     configure_network(sub)
+    from leveller.commands.simulate_sweep import configure as configure_sweep
+
+    configure_sweep(sub)

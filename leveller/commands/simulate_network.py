@@ -23,6 +23,17 @@ Trace synthetic:jobs=200,seed=1,load=0.8,placement=contiguous|scattered,min_host
 max_hosts=16,min_s=120,max_s=1200,overlap=1: Poisson arrivals of models from real
 H200 profiles (leveller/sim/network/catalog_data.py), placed at arrival on free hosts.
 
+Trace contended:jobs=N,seed=S (other keys as synthetic:, defaults models=paper,collective=mix,
+per_host=1,placement=scattered,load=0.5,min_hosts=2,max_hosts=16,min_s=300,max_s=1800): paper-scale
+GPT models (1.3B-13B, DDP and FSDP; leveller/sim/network/catalog_paper.py, an extrapolation of the
+H200 rows), one GPU per host per job. synthetic: also takes models=h200|paper, collective=ddp|fsdp|mix,
+per_host=all|1 and arrivals=lingjun|philly|helios,file=PATH (replay of a trace file's submit times,
+durations and GPU counts; leveller/sim/network/tracefiles.py). Topology paper-testbed: 12 hosts of one
+GPU and one 100 Gbit/s NIC, 3 leaves, 2 spines, 50 Gbit/s between switches; fabric: also takes
+nics_per_host (1 = one NIC per host shared by its GPUs) and oversub (leaf uplinks = downlinks / oversub).
+The JSON's congested_share: the share of measured jobs that sent over a link shared with another
+sending job at > 90% utilisation (leveller.sim.network.engine.CONGESTED).
+
 Policies: fair (one class, max-min per flow), leveller (lowest R first, K-level
 pruning, re-ranked every --tau s, 0 = at every iteration end; overlap rule),
 crux (GPU intensity priorities, least-congested paths, Max K-Cut compression),
@@ -117,14 +128,17 @@ def prepare(args: argparse.Namespace) -> tuple[Any, list[Any], Any]:
 
     net = load_network(args.topology)
     if bool(args.jobs) == bool(args.trace):
-        raise UserError("give exactly one of --jobs FILE or --trace synthetic:KEY=V,...")
+        raise UserError("give exactly one of --jobs FILE or --trace synthetic:KEY=V,... / contended:KEY=V,...")
     placer = None
     if args.jobs:
         jobs = load_jobs(args.jobs, list(net.nics))
         check_paths(jobs, net)
     else:
-        if not args.trace.startswith("synthetic"):
-            raise UserError(f"--trace {args.trace!r}: only synthetic:KEY=V,... traces exist")
+        from leveller.sim.network.trace import TRACE_KINDS
+
+        if args.trace.partition(":")[0] not in TRACE_KINDS:
+            raise UserError(f"--trace {args.trace!r}: allowed: " + ", ".join(f"{k}:KEY=V,..." for k in TRACE_KINDS)
+                            + " (a trace file: synthetic:arrivals=lingjun|philly|helios,file=PATH)")
         from leveller.sim.network.trace import synthetic
 
         spec = args.trace
@@ -164,7 +178,7 @@ def run_network(args: argparse.Namespace) -> int:
                                  None if half_life is None else float(half_life), switching)
         with progress_bar(name, duration, enabled=not args.no_progress) as tick:
             sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
-                             progress=tick, disturbances=disturbances, floor=floor)
+                             progress=tick, disturbances=disturbances, floor=floor, congestion=True)
             results.append(sim.run())
     if args.plot:
         from leveller.sim.network.plots import plot_all

@@ -93,7 +93,7 @@ def test_bad_jobs_fail_before_the_run(tmp_path, capsys, jobs, message) -> None:
     (["--trace", "synthetic:jobs=2", "--policy", "pfabric"], "unknown policy 'pfabric'"),
     (["--trace", "synthetic:jobs=2", "--levels", "9"], "--levels = 9"),
     (["--trace", "synthetic:jobs=2", "--tau", "-1"], "--tau = '-1'"),
-    (["--trace", "replay:x.csv"], "only synthetic"),
+    (["--trace", "replay:x.csv"], "allowed: synthetic:KEY=V"),
 ])
 def test_bad_options_fail_before_the_run(capsys, argv, message) -> None:
     code, out, err = run(capsys, "--topology", "dumbbell", *argv, "--duration", "10", "--json")
@@ -144,3 +144,15 @@ def test_example_pair_file(capsys) -> None:
     assert code == 0
     rates = [j["rate"] for j in json.loads(out)["jobs"].values()]
     assert rates == pytest.approx([1.0, 0.75], abs=0.01)
+
+
+def test_contended_trace_on_the_paper_testbed_json(capsys) -> None:
+    code, out, _ = run(capsys, "--topology", "paper-testbed",
+                       "--trace", "contended:jobs=4,max_hosts=4,min_s=20,max_s=40",
+                       "--policy", "fair,leveller", "--levels", "2", "--duration", "120", "--json")
+    assert code == 0
+    fair, leveller = json.loads(out)
+    for r in (fair, leveller):
+        assert r["measured"] >= 1 and 0 < r["min"] <= 1
+        assert 0 <= r["congested_share"] <= 1 and isinstance(r["top_job_changes"], int)
+    assert all(j["gpus"] in (2, 4) for j in fair["jobs"].values() if j["start"] is not None)

@@ -35,11 +35,11 @@ from leveller.sim.network.topology import Network
 
 
 def link_bytes(job: RunJob, paths: Sequence[tuple[int, ...]]) -> dict[int, float]:
-    """Bytes of one iteration of ``job`` on every directed link of ``paths``."""
+    """Bytes of one iteration of ``job`` (all its collectives) on every directed link of ``paths``."""
     out: dict[int, float] = {}
     for path, vol in zip(paths, job.volumes):
         for link in path:
-            out[link] = out.get(link, 0.0) + float(vol)
+            out[link] = out.get(link, 0.0) + float(vol) * job.phases
     return out
 
 
@@ -62,7 +62,7 @@ class CruxNet:
             return crux.CruxJob(job.name, job.gpus, job.spec.compute, 1e-9, 0.0, 0.0)
         link = max(per_link, key=lambda lk: per_link[lk] / net.capacity[lk])
         comm = per_link[link] / net.capacity[link]
-        return crux.CruxJob(job.name, job.gpus, job.spec.compute, comm, min(job.spec.slack, job.spec.compute),
+        return crux.CruxJob(job.name, job.gpus, job.spec.compute, comm, min(job.overlap_window, job.spec.compute),
                             per_link[link])
 
     def rank(self, jobs: Sequence[RunJob], net: Network) -> None:
@@ -135,7 +135,7 @@ class CassiniNet:
             if j.profile.duration <= 0:
                 continue
             for link, nbytes in link_bytes(j, j.paths).items():
-                demand = min(1.0, nbytes / j.profile.duration / float(self.capacity[link]))
+                demand = min(1.0, nbytes / j.phases / j.profile.duration / float(self.capacity[link]))
                 on_link.setdefault(link, []).append((j, demand))
         out: dict[Hashable, list[cassini.CircleJob]] = {}
         for members in on_link.values():
@@ -146,9 +146,8 @@ class CassiniNet:
                 continue
             circles = []
             for j, d in members:
-                start = (j.spec.compute - j.spec.slack) % j.period
-                duration = min(j.profile.duration, j.period)
-                circles.append(cassini.CircleJob(j.name, j.period, ((start, duration, max(d, 1e-9)),)))
+                arcs = tuple((start % j.period, duration, max(d, 1e-9)) for start, duration in j.comm_windows())
+                circles.append(cassini.CircleJob(j.name, j.period, arcs))
             out[key] = circles
         return out
 

@@ -41,6 +41,11 @@ MEMO = 512  # levels remembered per group, by order
 # by its unfinished iteration: it is reported but left out of min / avg / p10.
 MIN_WINDOW = 20
 STARVED = 1e-6  # share of a link an unmanaged top-priority flow leaves to everyone else
+# A job is on a congested link when, on a link of its paths, another job sent at the same time for at
+# least OVERLAPPED of the time the job sent there, and the link was utilised above CONGESTED on average
+# over those shared seconds (Simulation(congestion=True)).
+CONGESTED = 0.9
+OVERLAPPED = 0.1
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class JobOutcome:
     gpus: int
     hosts: tuple[str, ...]
     measured: bool = True  # counts in min / avg / p10 (see MIN_WINDOW)
+    congested: bool | None = None  # on a congested shared link (CONGESTED); None: not accounted
 
 
 @dataclass
@@ -76,6 +82,14 @@ class SimResult:
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     link_utilization: dict[str, float] = field(default_factory=dict)
     top_job_changes: int = 0  # re-rankings of a contention group that changed its first job
+
+    @property
+    def congested_share(self) -> float | None:
+        """Share of the measured jobs that were on a congested link (None: not accounted)."""
+        flags = [j.congested for j in self.jobs if j.rate is not None and j.measured]
+        if not flags or any(f is None for f in flags):
+            return None
+        return sum(bool(f) for f in flags) / len(flags)
 
     @property
     def rates(self) -> list[float]:
@@ -98,6 +112,7 @@ class SimResult:
             "events": self.events,
             "wall_seconds": self.wall_seconds,
             "top_job_changes": self.top_job_changes,
+            "congested_share": self.congested_share,
         }
 
 
@@ -109,9 +124,11 @@ class Simulation:
                  sample_every: float | None = None,
                  progress: Callable[[float], None] | None = None,
                  on_rates: Callable[[float, Simulation], None] | None = None,
-                 disturbances: Sequence[Disturbance] = (), floor: float = 0.0) -> None:
+                 disturbances: Sequence[Disturbance] = (), floor: float = 0.0, congestion: bool = False) -> None:
         """``floor``: the share of every link guaranteed to each level below the top, K-1 (the switches'
-        queue floor, leveller.core.qos); 0 is the paper's pure strict priority."""
+        queue floor, leveller.core.qos); 0 is the paper's pure strict priority. ``congestion``: find
+        which jobs were on a congested link (``JobOutcome.congested``, CONGESTED); costs some speed."""
+        self.congestion = congestion
         self.floor = check_floor(floor, levels)
         self.net = net
         self.specs = list(specs)
@@ -127,7 +144,8 @@ class Simulation:
         self.running: dict[str, RunJob] = {}
         self.done: dict[str, RunJob] = {}
         self.queue: deque[JobSpec] = deque()
-        self.free = {h: True for h in net.nics}
+        self.free_slots: dict[str, list[int]] = {h: list(range(net.gpus_per_host)) for h in net.nics}
+        self.taken: dict[str, dict[str, list[int]]] = {}  # job -> host -> GPU slots it holds
         self.groups: list[Group] = []
         self.group_of: dict[str, Group] = {}
         self.events = 0
@@ -155,19 +173,29 @@ class Simulation:
 
     # --- global changes ------------------------------------------------------
     def place(self, spec: JobSpec, now: float) -> bool:
+        """Start ``spec`` on hosts with enough free GPUs (whole hosts, or ``gpus_per_rank`` GPUs on
+        each), chosen by the placer; False when it does not fit now."""
+        slots: tuple[int, ...] | None = None
         if spec.hosts is not None:
             hosts = spec.hosts
+            for h in hosts:
+                self.free_slots[h] = []
         else:
-            free = [h for h, ok in self.free.items() if ok]
+            per = spec.gpus_per_rank or self.net.gpus_per_host
+            free = [h for h, sl in self.free_slots.items() if len(sl) >= per]
             if len(free) < spec.size or self.placer is None:
                 return False
             chosen = self.placer(free, spec.size)
             if chosen is None:
                 return False
             hosts = chosen
-        for h in hosts:
-            self.free[h] = False
-        self.running[spec.name] = RunJob(spec, tuple(hosts), now, self.net)
+            held = {h: self.free_slots[h][:per] for h in hosts}
+            for h in hosts:
+                del self.free_slots[h][:per]
+            self.taken[spec.name] = held
+            if spec.gpus_per_rank:
+                slots = tuple(held[h][0] for h in hosts)
+        self.running[spec.name] = RunJob(spec, tuple(hosts), now, self.net, slots)
         return True
 
     def flush_bytes(self, job: RunJob, t: float) -> None:
@@ -188,9 +216,8 @@ class Simulation:
             self.flush_bytes(j, t)
             self.running.pop(j.name, None)
             self.done[j.name] = j
-            if j.spec.hosts is None:
-                for h in j.hosts:
-                    self.free[h] = True
+            for h, held in self.taken.pop(j.name, {}).items():
+                self.free_slots[h] = sorted(self.free_slots[h] + held)
         self.queue.extend(arrivals)
         while self.queue and self.place(self.queue[0], t):
             self.queue.popleft()
@@ -239,8 +266,8 @@ class Simulation:
             members.setdefault(find(i), []).append(j)
         for g in self.groups:
             g.version += 1  # invalidate heap entries
-        self.groups = [Group(m, self.net.capacity, t, self.policy.overlap, self.floor, self.k - 1)
-                       for m in members.values()]
+        self.groups = [Group(m, self.net.capacity, t, self.policy.overlap, self.floor, self.k - 1,
+                             self.congestion) for m in members.values()]
         rule = getattr(self.policy, "switching", None)
         if rule is not None and self.switch_memory.order:  # finished jobs leave the rule's memory
             self.switch_memory = forget(self.switch_memory, set(self.running), t, rule)
@@ -366,11 +393,19 @@ class Simulation:
         end_t = t if not math.isfinite(end) else end
         return self.result(end_t, time.perf_counter() - wall)
 
+    @staticmethod
+    def congested(job: RunJob) -> bool:
+        """A link of the job's that another job sent on during OVERLAPPED of the job's sending time there,
+        utilised above CONGESTED on average while both sent (see CONGESTED)."""
+        return any(both > 0 and both >= OVERLAPPED * send and util / both > CONGESTED
+                   for send, both, util in job.comm_seconds.values())
+
     def result(self, end: float, wall: float) -> SimResult:
         outcomes = []
         busy = 0.0
         for g in self.groups:
             g.advance(end)
+            g.flush_accounting()
         for spec in self.specs:
             j = self.running.get(spec.name) or self.done.get(spec.name)
             if j is None:
@@ -382,7 +417,7 @@ class Simulation:
             busy += j.gpus * j.compute_time(stop)
             measured = j.finish is not None or stop - j.start >= MIN_WINDOW * j.ideal
             outcomes.append(JobOutcome(j.name, rate, j.iterations_at(stop), j.finish, j.start, j.ideal,
-                                       j.gpus, j.hosts, measured))
+                                       j.gpus, j.hosts, measured, self.congested(j) if self.congestion else None))
         util = busy / (self.net.total_gpus * end) if end > 0 else 0.0
         used = np.flatnonzero(self.carried)
         links = {self.net.links[i]: float(self.carried[i] / (self.net.capacity[i] * end)) for i in used} \

@@ -26,7 +26,10 @@ class Group:
     """Jobs that contend, their flows' local state, and their next event time."""
 
     def __init__(self, jobs: Sequence[RunJob], capacity: np.ndarray, now: float, overlap: bool,
-                 floor: float = 0.0, top: int | None = None) -> None:
+                 floor: float = 0.0, top: int | None = None, congestion: bool = False) -> None:
+        """``congestion``: account, per job and shared link, the time the job sends on it, the time
+        another job sends on it too, and the link's utilisation integrated over the latter
+        (``RunJob.comm_seconds``, flushed by :meth:`write_back`)."""
         self.jobs = list(jobs)
         self.overlap = overlap
         self.floor = floor  # share of a link guaranteed to each level below ``top`` (fluid.max_min_rates)
@@ -85,6 +88,66 @@ class Group:
         self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
         self.last_order: tuple[str, ...] | None = None  # the order the levels in force come from
         self.memo: dict[tuple[str, ...] | None, dict[str, int]] = {}  # order -> levels of self.flows
+        self.track = congestion and len(self.jobs) > 1
+        if self.track:
+            self._setup_accounting(local)
+
+    # --- congestion accounting ----------------------------------------------------
+    def _setup_accounting(self, local: list[list[int]]) -> None:
+        """Flows x shared links and jobs x flows matrices; links used by two jobs or more only."""
+        n_links = len(self.link_ids)
+        use = np.zeros((len(self.jobs), n_links), dtype=bool)
+        for i, sl in enumerate(self.slices):
+            for p in local[sl]:
+                use[i, p] = True
+        shared = np.flatnonzero(use.sum(axis=0) >= 2)
+        self.track = bool(len(shared))
+        if not self.track:
+            return
+        col = np.full(n_links, -1)
+        col[shared] = np.arange(len(shared))
+        pairs = [(k, int(col[lk])) for k, p in enumerate(local) for lk in set(p) if col[lk] >= 0]
+        self.acc_flow = np.array([k for k, _ in pairs], dtype=np.int64)  # (flow, shared link) pairs
+        self.acc_col = np.array([c for _, c in pairs], dtype=np.int64)
+        self.acc_job = self.job_of[self.acc_flow] if len(pairs) else np.zeros(0, dtype=np.int64)
+        self.acc_links = shared
+        self.acc_cap = self.cap[shared]
+        shape = (len(self.jobs), len(shared))
+        self.acc = np.zeros((3,) + shape)  # seconds sending, seconds with another job, utilisation-seconds then
+        self.now_send = np.zeros(shape)
+        self.now_util = np.zeros(len(shared))
+        self.now_both = np.zeros(shape)
+
+    def _snapshot(self) -> None:
+        """Who sends on which shared link and the links' utilisation, for the rates just computed."""
+        if not self.track:
+            return
+        on = self.active[self.acc_flow]
+        send = np.zeros(self.now_send.shape, dtype=bool)
+        send[self.acc_job[on], self.acc_col[on]] = True
+        rate = self.rate[self.acc_flow[on]]
+        load = np.bincount(self.acc_col[on], weights=np.where(np.isfinite(rate), rate, 0.0),
+                           minlength=len(self.acc_cap))
+        self.now_util = load / self.acc_cap
+        self.now_send = send.astype(float)
+        self.now_both = (send & (send.sum(axis=0) >= 2)).astype(float)
+
+    def _account(self, dt: float) -> None:
+        if self.track and dt > 0:
+            self.acc[0] += dt * self.now_send
+            self.acc[1] += dt * self.now_both
+            self.acc[2] += dt * self.now_both * self.now_util
+
+    def flush_accounting(self) -> None:
+        """Add the accumulated congestion figures to the jobs' ``comm_seconds`` and reset them."""
+        if not self.track:
+            return
+        for i, j in enumerate(self.jobs):
+            for s in np.flatnonzero(self.acc[0, i]):
+                entry = j.comm_seconds.setdefault(int(self.link_ids[self.acc_links[s]]), [0.0, 0.0, 0.0])
+                for q in range(3):
+                    entry[q] += float(self.acc[q, i, s])
+        self.acc[:] = 0.0
 
     # --- state -------------------------------------------------------------
     @property
@@ -94,6 +157,7 @@ class Group:
     def advance(self, t: float) -> None:
         """Move the fluid forward to ``t`` (no event in between by construction)."""
         dt = t - self.t
+        self._account(dt)
         if dt > 0 and self.active.any():
             self.remaining -= np.where(self.active, self.rate * dt, 0.0)
         self.t = max(self.t, t)
@@ -103,6 +167,7 @@ class Group:
         for j, sl in zip(self.jobs, self.slices):
             if not j.analytic:
                 j.rem = np.maximum(self.remaining[sl], 0.0)
+        self.flush_accounting()
 
     def set_levels(self, levels: dict[str, int]) -> None:
         for name, lv in levels.items():
@@ -120,6 +185,7 @@ class Group:
             rate = np.where(self.active, self.rate, 0.0)
             rate[self.active & self.solo] = self.solo_rate[self.active & self.solo]
             self.rate = rate
+            self._snapshot()
             return
         level = self.assigned
         if self.overlap:
@@ -134,6 +200,7 @@ class Group:
             c = self.coupled
             rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c], self.floor, self.top)
         self.rate = rate
+        self._snapshot()
 
     def job_timer(self, i: int) -> float:
         """Next timer of job ``i`` after now: iteration start, all-reduce start, compute end, slack end."""
@@ -215,6 +282,9 @@ class Group:
                 if not j.comp_done and j.comp_end <= t + TOL:
                     j.comp_done = True
                     progressed = True
+                if j.comp_done and j.comm_done and not j.last_stage:
+                    j.next_stage(t)  # the next phase of the iteration (FSDP) starts now
+                    continue
                 if j.comp_done and j.comm_done:
                     j.iterations += 1
                     ended = True
@@ -241,7 +311,7 @@ class Group:
         if len(self.jobs) != 1:
             return False
         j = self.jobs[0]
-        fresh = j.iter_start >= t - TOL and not j.comp_done and (not j.comm_on or j.comm_at >= t - TOL)
+        fresh = j.stage == 0 and j.iter_start >= t - TOL and not j.comp_done and (not j.comm_on or j.comm_at >= t - TOL)
         if fresh and j.shift is None and j.finish is None and not j.analytic:
             j.go_analytic()
             return True

@@ -42,10 +42,27 @@ class JobSpec:
     slack: float = 0.0
     size: int = 0  # hosts wanted (synthetic jobs); len(hosts) otherwise
     model: str = ""  # catalog entry of a synthetic job
+    collective: str = "ddp"  # "ddp": one ring all-reduce; "fsdp": three ring phases (see ``stages``)
+    gpus_per_rank: int = 0  # GPUs the job takes on each of its hosts; 0 = the whole host
 
     @property
     def n_hosts(self) -> int:
         return len(self.hosts) if self.hosts is not None else self.size
+
+    def stages(self) -> tuple[tuple[float, float], ...]:
+        """The iteration as stages ``(compute, comm_offset)``, run one after the other.
+
+        A stage computes for ``compute`` s; its collective starts ``comm_offset`` s after the stage
+        starts; the stage ends when both are done. DDP: one stage, the all-reduce starting ``slack``
+        s before compute ends. FSDP full sharding: three stages of ``compute / 3`` each, every one
+        with its collective from its start: all-gather | forward, all-gather | first half of the
+        backward, reduce-scatter | second half of the backward (backward = 2/3 of compute). Each
+        phase overlaps its own stage only.
+        """
+        if self.collective == "fsdp":
+            third = self.compute / 3
+            return ((third, 0.0), (third, 0.0), (third, 0.0))
+        return ((self.compute, self.compute - self.slack),)
 
 
 def _num(job: str, key: str, value: Any, minimum: float, strict: bool) -> float:
@@ -118,8 +135,32 @@ def load_jobs(path: str, known_hosts: Sequence[str]) -> list[JobSpec]:
     return parse_jobs(data, known_hosts)
 
 
+COLLECTIVES = ("ddp", "fsdp")
+
+
 def ring_volumes(n_hosts: int, nbytes: float, nics: int) -> float:
     """Bytes one NIC sends to its successor per iteration: 2(n-1)/n x bytes, striped over ``nics``."""
     if n_hosts < 2:
         return 0.0
     return 2 * (n_hosts - 1) / n_hosts * nbytes / nics
+
+
+def phase_volume(collective: str, n_ranks: int, nbytes: float) -> float:
+    """Bytes one rank sends to its ring successor in one communication phase.
+
+    ``nbytes`` = parameters x bytes per element. DDP (ring all-reduce, one phase per iteration):
+    2(n-1)/n x nbytes. FSDP (all-gather or reduce-scatter, three phases per iteration): (n-1)/n x
+    nbytes each, 3(n-1)/n x nbytes per iteration.
+    """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective = {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+    if n_ranks < 2:
+        return 0.0
+    share = (n_ranks - 1) / n_ranks * nbytes
+    return 2 * share if collective == "ddp" else share
+
+
+def iteration_volume(collective: str, n_ranks: int, nbytes: float) -> float:
+    """Bytes one rank sends per iteration: 2(n-1)/n x nbytes (DDP) or 3(n-1)/n x nbytes (FSDP)."""
+    phases = 3 if collective == "fsdp" else 1
+    return phases * phase_volume(collective, n_ranks, nbytes)

@@ -2,8 +2,9 @@
 
 A job runs on *hosts*; a host has ``gpus_per_host`` GPUs and one or more NICs
 (the core topology's hosts, single-homed). Testbed presets, testbed TOML files
-and ``lingjun`` have one NIC per host; ``fabric:`` is rail-style with one NIC
-per GPU (NIC r of every host on rail r). Links are full duplex: each becomes two
+and ``lingjun`` have one NIC per host; ``fabric:`` is rail-style with
+``nics_per_host`` NICs per host (default one per GPU; NIC r of every host on rail
+r; with fewer NICs than GPUs, GPU g uses NIC g x nics / gpus). Links are full duplex: each becomes two
 directed links named ``a>b`` as in :class:`leveller.core.paths.Path`, with
 capacity in bytes per second. Equal-cost paths and the ECMP
 choice come from :mod:`leveller.core.paths` (``shortest_paths``), the code the SDN app uses.
@@ -12,7 +13,9 @@ Specs accepted by :func:`load_network`:
   dumbbell[:hosts_per_side=N,bottleneck_mbps=R,host_mbps=R]   testbed preset
   leafspine[:leaves=N,spines=N,hosts_per_leaf=N,host_mbps=R,fabric_mbps=R]
   FILE.toml                                                  testbed topology file (Mbit/s)
-  fabric:gpus=1024,gpus_per_host=8,hosts_per_leaf=8,spines=8,gbps=400
+  fabric:gpus=1024,gpus_per_host=8,hosts_per_leaf=8,spines=8,gbps=400,nics_per_host=8,oversub=1
+        gbps = NIC rate; a leaf's uplinks (one per spine) carry its downlinks' rate / oversub
+  paper-testbed                                              the paper's testbed (see PAPER_TESTBED)
   lingjun[:host_gbps=200,oversub=2]                          Alibaba Lingjun 2023 topology
 """
 
@@ -32,7 +35,13 @@ from leveller.core.topology import PRESETS, Host, Link, Switch, Topology, host_m
 from leveller.errors import UserError
 from leveller.model.flow import FlowKey, stable_hash
 
-FABRIC_DEFAULTS = {"gpus": 1024, "gpus_per_host": 8, "hosts_per_leaf": 8, "spines": 8, "gbps": 400.0}
+FABRIC_DEFAULTS = {"gpus": 1024, "gpus_per_host": 8, "hosts_per_leaf": 8, "spines": 8, "gbps": 400.0,
+                   "nics_per_host": 8, "oversub": 1.0}  # nics_per_host: default = gpus_per_host
+# The paper's testbed: 12 GPUs in 12 hosts with one NIC each, 4 hosts per leaf, 3 leaves, 2 spines,
+# 50 Gbit/s between switches. The NIC rate is not given in the issue: 100 Gbit/s assumed (each leaf's
+# 4 x 100 Gbit/s of hosts share 2 x 50 Gbit/s of uplinks).
+PAPER_TESTBED = {"gpus": 12, "gpus_per_host": 1, "hosts_per_leaf": 4, "spines": 2, "gbps": 100.0,
+                 "nics_per_host": 1, "uplink_gbps": 50.0}
 LINGJUN_DEFAULTS = {"host_gbps": 200.0, "oversub": 2.0, "gpus_per_host": 8}
 MAX_FABRIC_GPUS = 65536
 
@@ -146,10 +155,16 @@ def parse_options(spec: str, text: str, defaults: Mapping[str, Any]) -> dict[str
 
 
 def fabric(spec: str, options: Mapping[str, Any]) -> Network:
-    """Rail-style leaf-spine: ``hosts_per_leaf`` hosts per group, one leaf per rail and group,
-    every leaf to every spine."""
+    """Rail-style leaf-spine: ``hosts_per_leaf`` hosts per group, one leaf per rail (NIC index) and
+    group, every leaf to every spine; each leaf-spine link carries hosts_per_leaf x gbps / (oversub x
+    spines), or ``uplink_gbps`` when given (the paper-testbed preset)."""
     gpus, per_host, per_leaf, spines = (options[k] for k in ("gpus", "gpus_per_host", "hosts_per_leaf", "spines"))
     gbps = float(options["gbps"])
+    rails = int(options.get("nics_per_host") or per_host)
+    oversub = float(options.get("oversub", 1.0))
+    if rails > per_host or per_host % rails:
+        raise UserError(f"--topology {spec!r}: nics_per_host = {rails} must divide gpus_per_host = {per_host} "
+                        "(1 = one NIC per host shared by its GPUs; gpus_per_host = one NIC per GPU)")
     if gpus > MAX_FABRIC_GPUS:
         raise UserError(f"--topology {spec!r}: gpus = {gpus} is too many; at most {MAX_FABRIC_GPUS}")
     if gpus % per_host:
@@ -163,19 +178,22 @@ def fabric(spec: str, options: Mapping[str, Any]) -> Network:
     nics: dict[str, tuple[str, ...]] = {}
     nic_names: list[str] = []
     links: list[tuple[str, str, float]] = []
-    leaves = [f"l{g}r{r}" for g in range(groups) for r in range(per_host)]
+    up_gbps = float(options["uplink_gbps"]) if "uplink_gbps" in options else per_leaf * gbps / (oversub * spines)
+    leaves = [f"l{g}r{r}" for g in range(groups) for r in range(rails)]
     spine_names = [f"s{k}" for k in range(spines)]
     for h in range(n_hosts):
         group = h // per_leaf
-        mine = tuple(f"h{h}r{r}" for r in range(per_host))
+        mine = tuple(f"h{h}r{r}" for r in range(rails))
         nics[f"h{h}"] = mine
         nic_names.extend(mine)
         links.extend((nic, f"l{group}r{r}", rate) for r, nic in enumerate(mine))
-    links.extend((leaf, s, rate) for leaf in leaves for s in spine_names)
+    links.extend((leaf, s, up_gbps * 1000) for leaf in leaves for s in spine_names)
     topo = _build(nic_names, leaves + spine_names, links)
-    note = (f"rail-style leaf-spine: {n_hosts} hosts x {per_host} GPUs, one {gbps:g} Gbit/s NIC per GPU; "
+    nic_text = "one NIC per GPU" if rails == per_host else f"{rails} NIC{'s' if rails > 1 else ''} per host"
+    ratio = per_leaf * gbps / (spines * up_gbps)
+    note = (f"rail-style leaf-spine: {n_hosts} hosts x {per_host} GPUs, {nic_text} at {gbps:g} Gbit/s; "
             f"{len(leaves)} leaves ({per_leaf} hosts per leaf, one leaf per rail), {spines} spines, "
-            f"every link {gbps:g} Gbit/s (leaf oversubscription {per_leaf}:{spines})")
+            f"leaf-spine links {up_gbps:g} Gbit/s (leaf oversubscription {ratio:g}:1)")
     return Network(spec, topo, nics, per_host, note)
 
 
@@ -212,7 +230,14 @@ def load_network(spec: str) -> Network:
     """Build the network named by ``spec`` (see the module docstring); UserError for a bad spec."""
     name, _, opts = spec.partition(":")
     if name == "fabric":
-        return fabric(spec, parse_options(spec, opts, FABRIC_DEFAULTS))
+        options = parse_options(spec, opts, FABRIC_DEFAULTS)
+        if not any(p.partition("=")[0].strip() == "nics_per_host" for p in opts.split(",")):
+            options["nics_per_host"] = options["gpus_per_host"]
+        return fabric(spec, options)
+    if name == "paper-testbed":
+        if opts:
+            raise UserError(f"--topology {spec!r}: paper-testbed takes no options (use fabric:... to vary it)")
+        return fabric(spec, PAPER_TESTBED)
     if name == "lingjun":
         options = parse_options(spec, opts, {**LINGJUN_DEFAULTS})
         return lingjun(spec, options)
@@ -224,7 +249,8 @@ def load_network(spec: str) -> Network:
         return _single_nic(spec, topo, _rates_note(topo))
     path = Path(spec)
     if not path.exists():
-        raise UserError(f"--topology = {spec!r} is not a preset (dumbbell, leafspine, fabric:..., lingjun) "
+        raise UserError(f"--topology = {spec!r} is not a preset (dumbbell, leafspine, paper-testbed, fabric:..., "
+                        "lingjun) "
                         "nor an existing TOML file")
     from leveller.testbed.topofile import load_topology
 
