@@ -79,6 +79,7 @@ class LevellerPolicy:
 
     tau: Number = 0
     name: str = "leveller"
+    by_rate: bool = True  # orders by R: the switching rule (leveller.core.switching) applies to it
 
     def __post_init__(self) -> None:
         if self.tau < 0:

@@ -65,11 +65,18 @@ class SwitchMemory:
     promoted: Mapping[str, float] = field(default_factory=dict)
 
 
+def applies_to(policy: object) -> bool:
+    """Whether the rule changes ``policy``'s orders: only a policy that orders by R (``by_rate``, the
+    leveller policy) has levelled jobs; Crux's static order and no priority pass through."""
+    return bool(getattr(policy, "by_rate", False))
+
+
 def switch_order(order: Sequence[str] | None, views: Sequence[JobView], memory: SwitchMemory, now: float,
                  rule: SwitchRule) -> tuple[list[str] | None, SwitchMemory]:
-    """The order to apply at ``now`` and the memory after it, from the policy's ``order`` of the jobs
-    ``views`` (their R and weights). ``None`` (no priority) passes through and leaves the memory as it
-    is; under :data:`PAPER` the policy's order is applied as it is."""
+    """The order to apply at ``now`` and the memory after it, from an R-ordering policy's ``order`` of
+    the jobs ``views`` (their R and weights; callers check :func:`applies_to`). ``None`` (no priority)
+    passes through and leaves the memory as it is; under :data:`PAPER` the policy's order is applied
+    as it is."""
     if order is None:
         return None, memory
     if rule.is_paper:

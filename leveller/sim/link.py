@@ -35,7 +35,7 @@ from fractions import Fraction
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import Number, Sample, history_horizon, progress_rate, trim_history
-from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, switch_order, top_changed
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, applies_to, switch_order, top_changed
 
 LINK = "link"
 
@@ -159,6 +159,8 @@ def simulate_link(
     k = n if levels is None else levels
     if k < 1:
         raise ValueError(f"levels K must be >= 1, got {k}")
+    if not applies_to(policy):
+        switching = PAPER  # the rule is for orders by R (crux's is static, fair has none)
     floor = Fraction(floor)
     if not 0 <= floor * (k - 1) < 1:
         raise ValueError(f"floor = {floor} is invalid; 0 <= floor and (K - 1) x floor < 1 (K = {k})")

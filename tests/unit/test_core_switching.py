@@ -173,3 +173,29 @@ def test_floor_in_the_link_model_gives_a_demoted_job_its_share() -> None:
     assert {(s.job, s.start): s.kind for s in strict.segments}[(1, Fraction(1))] == "wait"
     with pytest.raises(ValueError, match="floor"):
         simulate_link(pair, CruxPolicy(), cycles=2, floor=Fraction(1))
+
+
+def test_the_rule_leaves_policies_that_do_not_order_by_rate_alone() -> None:
+    """Crux's order is static by GPU intensity: the rule, which reorders by R, must not touch it (it
+    once turned a live Crux run into a levelled one: 27 top changes, every job at 0.48)."""
+    from leveller.core.policies import CruxPolicy, FairPolicy
+    from leveller.core.switching import applies_to
+
+    assert applies_to(LevellerPolicy()) and not applies_to(CruxPolicy()) and not applies_to(FairPolicy())
+    pair = [LinkJob(Fraction(1), Fraction(1)), LinkJob(Fraction(1), Fraction(2))]
+    plain = simulate_link(pair, CruxPolicy(), cycles=100)
+    ruled = simulate_link(pair, CruxPolicy(), cycles=100, switching=SwitchRule(0.02, 2))
+    assert ruled.rates == plain.rates and ruled.top_job_changes == 0
+
+
+def test_a_crux_controller_keeps_its_static_order_under_the_default_rule() -> None:
+    from leveller.controller.paths import SingleLinkPaths
+    from leveller.controller.service import Controller
+    from leveller.core.policies import CruxPolicy
+    from leveller.core.qos import default_level_map
+    from leveller.core.switching import DEFAULT
+
+    crux = Controller(SingleLinkPaths(), CruxPolicy(), default_level_map(2), 0.1, switching=DEFAULT)
+    assert crux.switching.is_paper
+    assert Controller(SingleLinkPaths(), LevellerPolicy(), default_level_map(2), 0.1,
+                      switching=DEFAULT).switching == DEFAULT

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
-from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, switch_order
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, applies_to, switch_order
 from leveller.model.limits import POLICIES
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
@@ -85,7 +85,7 @@ class RankedPolicy:
     def switched(self, now: float, jobs: Sequence[RunJob], order: list[str], memory: SwitchMemory
                  ) -> tuple[list[str], SwitchMemory]:
         """``order`` (of ``jobs``, one contention group) after the switching rule, and the rule's memory."""
-        if self.switching.is_paper:
+        if self.switching.is_paper or not applies_to(self.core):
             return order, memory
         out, memory = switch_order(order, job_views(now, jobs, self.rate_window, self.rate_half_life), memory,
                                    now, self.switching)
