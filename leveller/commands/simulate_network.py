@@ -109,21 +109,9 @@ def parse_disturb(text: str, net: Any) -> Any:
     return d
 
 
-def check_paths(jobs: list[Any], net: Any) -> None:
-    """Every consecutive pair of a job's hosts must be connected (before the run starts)."""
-    for job in jobs:
-        if job.hosts is None:
-            continue
-        hosts = job.hosts
-        for i in range(len(hosts) if len(hosts) > 1 else 0):
-            a, b = hosts[i], hosts[(i + 1) % len(hosts)]
-            if not net.connected(net.nics[a][0], net.nics[b][0]):
-                raise UserError(f"job {job.name!r}: no path between hosts {a!r} and {b!r} in {net.name}")
-
-
 def prepare(args: argparse.Namespace) -> tuple[Any, list[Any], Any]:
     """Network, jobs and placer, all validated before any simulation starts."""
-    from leveller.sim.network.jobs import load_jobs
+    from leveller.sim.network.jobs import check_paths, load_jobs
     from leveller.sim.network.topology import load_network
 
     net = load_network(args.topology)

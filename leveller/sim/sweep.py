@@ -100,12 +100,11 @@ def _number(point: dict[str, Any], key: str, default: float) -> float:
 
 
 def _simulate(point: dict[str, Any]) -> dict[str, Any]:
-    from leveller.commands.simulate_network import check_paths
     from leveller.core.switching import SwitchRule
     from leveller.model.limits import MAX_LEVELS
     from leveller.model.limits import POLICIES as ALL
     from leveller.sim.network.engine import Simulation
-    from leveller.sim.network.jobs import load_jobs
+    from leveller.sim.network.jobs import check_paths, load_jobs
     from leveller.sim.network.policies import make_net_policy
     from leveller.sim.network.topology import load_network
     from leveller.sim.network.trace import synthetic

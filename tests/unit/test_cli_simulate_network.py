@@ -107,10 +107,9 @@ def test_endless_job_needs_a_duration(tmp_path, capsys) -> None:
 
 
 def test_no_path_between_hosts(tmp_path) -> None:
-    from leveller.commands.simulate_network import check_paths
     from leveller.core.topology import Host, Link, Switch, Topology
     from leveller.errors import UserError
-    from leveller.sim.network.jobs import parse_jobs
+    from leveller.sim.network.jobs import check_paths, parse_jobs
     from leveller.sim.network.topology import Network
 
     # Two islands (the testbed validator refuses such a file; the simulator checks on its own too).

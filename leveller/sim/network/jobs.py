@@ -164,3 +164,15 @@ def iteration_volume(collective: str, n_ranks: int, nbytes: float) -> float:
     """Bytes one rank sends per iteration: 2(n-1)/n x nbytes (DDP) or 3(n-1)/n x nbytes (FSDP)."""
     phases = 3 if collective == "fsdp" else 1
     return phases * phase_volume(collective, n_ranks, nbytes)
+
+
+def check_paths(jobs: Sequence[JobSpec], net: Any) -> None:
+    """Every consecutive pair of a job's hosts must be connected in ``net`` (before the run starts)."""
+    for job in jobs:
+        if job.hosts is None:
+            continue
+        hosts = job.hosts
+        for i in range(len(hosts) if len(hosts) > 1 else 0):
+            a, b = hosts[i], hosts[(i + 1) % len(hosts)]
+            if not net.connected(net.nics[a][0], net.nics[b][0]):
+                raise UserError(f"job {job.name!r}: no path between hosts {a!r} and {b!r} in {net.name}")
