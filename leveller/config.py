@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.files import read_small_file
 
 SKIP_DESTS = frozenset({"help", "config", "version"})
-
-
 def add_config_option(parser: argparse.ArgumentParser, command: str) -> None:
     """--config FILE.toml (see module docstring); applied by ``apply_config`` in leveller.cli."""
     parser.add_argument("--config", metavar="FILE.toml",
@@ -39,14 +38,23 @@ def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action
     return out
 
 
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(table: Mapping[str, Any], where: str, prefix: str = "",
+             spelled: dict[str, str] | None = None) -> dict[str, Any]:
+    """Key -> value with tables joined and dashes as underscores; UserError when two spellings name one key
+    (``metrics_port`` and ``metrics-port``: which one wins would be silent)."""
     out: dict[str, Any] = {}
+    spelled = {} if spelled is None else spelled
     for key, value in table.items():
         name = prefix + key.replace("-", "_")
         if isinstance(value, dict):
-            out.update(_flatten(value, name + "_"))
-        else:
-            out[name] = value
+            out.update(_flatten(value, where, name + "_", spelled))
+            continue
+        full = f"{prefix.rstrip('_')}.{key}" if prefix else key
+        if name in spelled:
+            raise UserError(f"{where}: {spelled[name]!r} and {full!r} are the same key {name!r}; allowed: "
+                            "one of them")
+        spelled[name] = full
+        out[name] = value
     return out
 
 
@@ -108,16 +116,16 @@ def convert(key: str, value: Any, action: argparse.Action, where: str) -> Any:
 def load(path: str | Path, parser: argparse.ArgumentParser, command: str) -> dict[str, Any]:
     """dest -> value of every key in the TOML file ``path``, checked against ``parser``'s options."""
     where = str(path)
+    data = read_small_file(path, "--config")
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as exc:
-        raise UserError(f"--config {where!r}: cannot read it ({exc.strerror})") from None
+        raw = tomllib.loads(data.decode())
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--config {where!r}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"--config {where!r}: not valid TOML ({exc})") from None
     actions = option_actions(parser)
     out = {}
-    for key, value in _flatten(raw).items():
+    for key, value in _flatten(raw, where).items():
         action = actions.get(key)
         if action is None:
             near = difflib.get_close_matches(key, actions, n=1)

@@ -4,9 +4,11 @@ DSCP classifiers on switch ports (userspace datapath) and serves the HTTP API.""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from os_ken.base import app_manager
@@ -18,7 +20,7 @@ from os_ken.ofproto import ofproto_v1_3
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
 from sdn import api, httpd, tcmap
-from sdn.logic import PathController
+from sdn.logic import LOOPBACK, PathController, switch_refusal
 from sdn.ofsend import send
 
 LOG = logging.getLogger("leveller.sdn")
@@ -34,6 +36,25 @@ class AppConfig:
     poll_interval: float = 1.0
     api_limits: httpd.Limits = httpd.Limits()
     api_token: bytes | None = None  # bearer token every API request must carry (sdn.token)
+    # the networks switches may connect from (--of-allow); a switch must also be one of the topology's dpids
+    of_allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(default=LOOPBACK)
+
+
+def _source(dp: Any) -> str:
+    """The source address of a switch's connection (os-ken's Datapath.address: (host, port, ...))."""
+    address = getattr(dp, "address", None)
+    return str(address[0]) if address else ""
+
+
+def _drop(dp: Any) -> None:
+    """Close a refused switch's connection: its reader ends, nothing is ever sent to it."""
+    sock = getattr(dp, "socket", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    dp.close()
 
 
 class LevellerApp(app_manager.OSKenApp):
@@ -45,6 +66,7 @@ class LevellerApp(app_manager.OSKenApp):
         self.logic = PathController(leveller.topo, leveller.level_map, set_queue=leveller.queue_mode == "set_queue",
                                     idle_timeout=leveller.idle_timeout)
         self.datapaths: dict[int, Any] = {}
+        self.refused_switches = 0  # connections refused (not a topology dpid, not an allowed address, a takeover)
         self.port_names: dict[int, dict[int, str]] = {}
         self.queue_stats: dict[tuple[int, int, int], dict[str, Any]] = {}
         self.classified: dict[str, bool] = {}  # tc mode: port -> its DSCP classifier was in place at the last check
@@ -62,6 +84,13 @@ class LevellerApp(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _features(self, ev: Any) -> None:
         dp = ev.msg.datapath
+        connected = {dpid: _source(d) for dpid, d in self.datapaths.items()}
+        why = switch_refusal(self.logic.topo, dp.id, _source(dp), self.cfg.of_allow, connected)
+        if why is not None:
+            self.refused_switches += 1
+            LOG.warning("switch connection from %s refused: %s", _source(dp), why)
+            _drop(dp)
+            return
         self.datapaths[dp.id] = dp
         LOG.info("switch %016x connected", dp.id)
         send(self.datapaths, self.logic.switch_connected(dp.id, time.time()))

@@ -6,6 +6,8 @@ os-ken events and sends what it returns.
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,39 @@ def parse_flow(frame: bytes) -> FlowKey | None:
         return flow_key(ip.src, ip.dst, sport, dport, proto)
     except ValueError:
         return None
+
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address as an IP (an IPv4-mapped IPv6 one as IPv4, a zone dropped); None if it is none."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None
+    return ip.ipv4_mapped if ip.version == 6 and ip.ipv4_mapped is not None else ip
+
+
+def switch_refusal(topo: Topology, dpid: int | None, address: str, allowed: Sequence[IpNetwork],
+                   connected: Mapping[int, str]) -> str | None:
+    """Why a switch that connected from ``address`` claiming ``dpid`` is refused (None: admitted). A switch
+    is one of the topology's (by dpid), connects from an allowed network, and does not take over a dpid
+    connected from another address (a second connection from the same address is the switch restarting).
+    ``connected``: dpid -> the address its live connection came from."""
+    ip = _ip(address)
+    if ip is None:
+        return f"source address {address!r} is not an IP address"
+    if not any(ip in net for net in allowed):
+        return f"source address {ip} is not in --of-allow ({', '.join(map(str, allowed))})"
+    if dpid is None or topo.switch_by_dpid(dpid) is None:
+        return f"dpid {dpid!r} is not a switch of the topology ({', '.join(f'{s.dpid:#x}' for s in topo.switches)})"
+    held = connected.get(dpid)
+    if held is not None and _ip(held) != ip:
+        return f"dpid {dpid:#x} is connected already from {held}"
+    return None
 
 
 @dataclass

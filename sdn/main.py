@@ -4,6 +4,15 @@ os-ken has no manager command any more: load and instantiate the app with
 AppManager, passing our configuration as a keyword context. The HTTP API socket
 is bound first, in the caller's network namespace, then the process may enter
 the switches' namespace (testbed) so OpenFlow listens next to the switches.
+
+SIGINT and SIGTERM end the process at once (exit 130 / 143). Ctrl-C did nothing:
+the main thread waits on a lock while os-ken and eventlet run in other OS threads,
+and Python runs a signal handler only in the main thread, and only once that
+wakes (never, when another thread took the signal). So both signals are blocked
+in every thread from the start and one plain OS thread waits for them
+(``signal.sigwait``; the short `tc` commands it runs inherit the mask and are
+never signalled). The app holds nothing to undo: the switches keep their
+rules, as after any restart, and reinstall them on reconnection.
 """
 
 from __future__ import annotations
@@ -11,18 +20,41 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
 from leveller.core.qos import LevelMap
 from leveller.core.topology import Topology
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def stop_on_signals() -> None:
+    """Block SIGINT and SIGTERM in this thread (and so in every thread started from now on) and exit
+    128 + the signal as soon as one arrives, from an OS thread of its own (see the module docstring).
+    Call it before any other thread starts."""
+    import eventlet.patcher
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def wait() -> None:
+        signum = signal.sigwait(STOP_SIGNALS)
+        os.write(2, f"leveller sdn: {signal.Signals(signum).name}: stopping\n".encode())  # no lock taken
+        os._exit(128 + signum)
+
+    threading = eventlet.patcher.original("threading")  # a real OS thread even once eventlet patched threading
+    threading.Thread(target=wait, name="leveller-sdn-signals", daemon=True).start()
+
 
 def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api_port: int,
         of_host: str = "127.0.0.1", of_port: int = 6653, netns: str | None = None,
         info_file: Path | None = None, idle_timeout: int = 60, api_limits: Any = None,
-        api_token: bytes | None = None, api_token_file: str | None = None) -> None:
-    """Run the app until killed."""
+        api_token: bytes | None = None, api_token_file: str | None = None, of_allow: Any = None,
+        of_tls: tuple[str, str, str] | None = None) -> None:
+    """Run the app until killed. ``of_allow``: the networks switches may connect from (default loopback);
+    ``of_tls``: (cert, key, CA) files: OpenFlow over TLS, every switch presenting a certificate of the CA."""
+    stop_on_signals()  # first: before os-ken or eventlet start a thread
     import eventlet
     from os_ken import cfg
     from os_ken.base import app_manager  # first: registers --ofp-* options, monkey-patches
@@ -34,10 +66,19 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
         from pyroute2 import netns as pnetns
 
         pnetns.setns(netns, flags=0)
-    cfg.CONF(args=["--ofp-listen-host", of_host, "--ofp-tcp-listen-port", str(of_port)], project="os_ken")
+    of_args = ["--ofp-listen-host", of_host]
+    if of_tls is None:
+        of_args += ["--ofp-tcp-listen-port", str(of_port)]
+    else:  # os-ken listens with TLS only, on the SSL port, requiring a client certificate of the CA
+        cert, key, ca = of_tls
+        of_args += ["--ofp-ssl-listen-port", str(of_port), "--ctl-cert", cert, "--ctl-privkey", key,
+                    "--ca-certs", ca]
+    cfg.CONF(args=of_args, project="os_ken")
     from sdn.app import AppConfig
 
     config = AppConfig(topo, level_map, queue_mode, sock, idle_timeout=idle_timeout, api_token=api_token)
+    if of_allow is not None:
+        config.of_allow = tuple(of_allow)
     if api_limits is not None:
         config.api_limits = api_limits
     mgr = app_manager.AppManager.get_instance()
@@ -48,7 +89,7 @@ def run(topo: Topology, level_map: LevelMap, queue_mode: str, api_host: str, api
     if info_file is not None:
         tmp = info_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"api": f"http://{host}:{port}", "pid": os.getpid(),
-                                   "openflow": f"tcp:{of_host}:{of_port}", "netns": netns,
+                                   "openflow": f"{'ssl' if of_tls else 'tcp'}:{of_host}:{of_port}", "netns": netns,
                                    "token_file": api_token_file}))
         os.replace(tmp, info_file)
     logging.getLogger("leveller.sdn").info("API on http://%s:%s, OpenFlow on %s:%s (netns %s)",

@@ -12,10 +12,10 @@ import hmac
 import ipaddress
 import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.files import MAX_SECRET_FILE_BYTES, read_small_file
 
 MIN_TOKEN_BYTES = 16
 
@@ -31,11 +31,9 @@ def is_loopback(host: str) -> bool:
 
 
 def load_token(path: str, option: str = "--api-token-file") -> bytes:
-    """The token in ``path`` (stripped); UserError if unreadable or shorter than MIN_TOKEN_BYTES."""
-    try:
-        token = Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise UserError(f"{option} {path!r}: cannot read it ({exc.strerror})") from None
+    """The token in ``path`` (stripped); UserError if unreadable, not a regular file of at most 64 KiB or
+    shorter than MIN_TOKEN_BYTES; a warning on stderr if group or others may read it (mode 0644)."""
+    token = read_small_file(path, option, MAX_SECRET_FILE_BYTES, private=True).strip()
     if len(token) < MIN_TOKEN_BYTES or not token.isascii() or any(c <= 32 for c in token):
         raise UserError(f"{option} {path!r}: the token must be at least {MIN_TOKEN_BYTES} printable ASCII "
                         "characters without spaces (e.g. `openssl rand -hex 24 > FILE`)")

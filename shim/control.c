@@ -22,7 +22,8 @@
  * ahead on CLOCK_MONOTONIC. A thread of the shim's own watches it; when it
  * passes without renewal, every QP is rebuilt at the class the application
  * gave it and the job class is dropped, so the agent's levels end even if the
- * agent was killed. Without any lease (manual set_tc), classes stay.
+ * agent was killed. A lease is at most LEASE_MAX_MS (60 s, the agent's own bound:
+ * it renews at every report). Without any lease (manual set_tc), classes stay.
  *
  * Socket path: $LEVELLER_SHIM_SOCK, else leveller-shim-<pid>.sock in
  * /run/leveller/shim, and only when that is a directory of root's that not
@@ -55,7 +56,10 @@
 #include "json.h"
 #include "shim.h"
 
-#define LEASE_MAX_MS 86400000L
+/* The longest lease: the agent's own bound (leveller.agent.shim_control.LEASE_MAX_MS). It renews at every
+ * report (each --interval, about a second), so a minute is ample; a longer lease would keep a class on for
+ * that long after the agent is gone (the socket is the job's user's: a one-day EF lease was possible). */
+#define LEASE_MAX_MS 60000L
 #define REQUEST_MAX 4096
 #define IO_TIMEOUT_MS 2000
 #define SOCK_DIR "/run/leveller/shim"

@@ -1,7 +1,11 @@
 """One agent per interface: a run lock that also tells a crashed run's filter from a live one.
 
-The agent holds /run/leveller/agent-<netns>-<dev>.lock (leveller.locking) while
-it runs. A new agent that gets the lock knows any leveller filter on that
+The agent holds /run/leveller/agent-<netns>:<dev>.lock (agent:<dev>.lock in the
+host's namespace; leveller.locking) while it runs. Neither a namespace nor an
+interface name may hold ':', so one file names one (netns, dev) pair: with '-'
+between them, netns a-b with dev c and netns a with dev b-c shared a lock (the
+second agent refused to start, or swept the first's filter as stale), and so did
+netns "host" and the host's namespace. A new agent that gets the lock knows any leveller filter on that
 interface is stale (its agent died) and removes it before attaching; one that
 does not get it refuses to start (another agent is live there). Lock files of
 crashed agents on other interfaces (namespaces long gone) are swept at claim
@@ -30,7 +34,7 @@ def lock_path(dev: str, netns: str | None, lock_dir: Path = LOCK_DIR) -> Path:
     check_ifname(dev)
     if netns is not None:
         check_netns(netns)
-    path = lock_dir / f"agent-{netns or 'host'}-{dev}.lock"
+    path = lock_dir / (f"agent-{netns}:{dev}.lock" if netns is not None else f"agent:{dev}.lock")
     if path.parent != lock_dir or path.name in (".", ".."):
         raise UserError(f"--dev {dev!r} / --netns {netns!r}: the lock file {path} would not be in {lock_dir}")
     return path
@@ -45,5 +49,5 @@ def claim_device(dev: str, netns: str | None = None, lock_dir: Path = LOCK_DIR) 
     where = dev + (f" in netns {netns}" if netns else "")
     with exclusive(path, lambda holder: f"--dev {where}: another leveller agent (pid {holder}) runs there; "
                                         "stop it first"):
-        sweep_stale(lock_dir, "agent-*.lock", keep=path)
+        sweep_stale(lock_dir, "agent*.lock", keep=path)  # also the agent-<netns>-<dev>.lock of older versions
         yield cleanup_stale(dev, netns)

@@ -16,7 +16,11 @@ make every later report of the host invalid.
 
 :class:`RateTracker` is pure (lines and times in, counts out); :class:`LogTailer`
 follows a file or a FIFO with bounded reads, surviving truncation, rotation
-and late creation. A log path that leads to anything else (a directory, a
+and late creation. A log truncated or replaced (its size went down, or its path
+leads to another inode) may hold a job restarted under the same name: the
+tailer counts it in ``restarts``, the agent calls ``RateTracker.restart`` and a
+job whose next count is below the one it had starts a new run of R (a job that
+goes on counting, as after logrotate, keeps its run). A log path that leads to anything else (a directory, a
 device such as /dev/zero, a socket, a symlink loop, a file it may not read) is
 skipped and counted like a bad line (field ``log``), and followed again once it
 is a log again: the agent, which marks every flow of the host, must not stop
@@ -89,6 +93,12 @@ class RateTracker:
         self.rejected: Counter[str] = Counter()
         self.on_reject = on_reject
         self.max_jobs = max_jobs
+        self._restarted: set[str] = set()  # jobs whose next count says whether their log's job restarted
+
+    def restart(self) -> None:
+        """The log was truncated or replaced: each job's next counted line below its count starts a new run
+        (start time and count from that line on), a line at or above it continues the run."""
+        self._restarted = set(self.jobs)
 
     def _parse(self, groups: dict[str, str | None], now: float) -> tuple[str, int | None, float]:
         """(job, iteration or None, time) of a matched line; FieldError names the bad field."""
@@ -116,6 +126,10 @@ class RateTracker:
             if self.on_reject is not None:
                 self.on_reject(exc.field, f"{exc} (line {line[:120]!r})")
             return None
+        if job in self._restarted and n is not None:
+            self._restarted.discard(job)
+            if n < self.jobs[job].iterations:  # the count went down: a new run of this job, not the old one
+                del self.jobs[job]
         progress = self.jobs.setdefault(job, JobProgress(job))
         if n is None:
             if progress.start_time is None:
@@ -182,6 +196,7 @@ class LogTailer:
         self.behind = False
         self.on_reject: Callable[[str, str], None] | None = None  # (field "log", why): set by the agent
         self.bad_logs = 0  # times the path went bad (not a regular file or FIFO, or unreadable)
+        self.restarts = 0  # times the log was truncated or replaced by another file (its job may have restarted)
         self._bad: str | None = None  # why the path is not read now (None: it is, or it does not exist)
         self._unreported: list[str] = []  # refusals before on_reject was set (reported at the next poll)
         self._fd: int | None = None
@@ -226,6 +241,8 @@ class LogTailer:
             os.close(fd)
             return self._refuse(f"it is {_kind(st.st_mode)}; only regular files and FIFOs are read")
         self._bad = None
+        if self._inode is not None and self._inode != (st.st_dev, st.st_ino):
+            self.restarts += 1  # another file than the one read before
         self._fd, self._inode, self._partial, self._discarding = fd, (st.st_dev, st.st_ino), b"", False
         self._pos, self._edge_lines = 0, []
         size = st.st_size
@@ -271,6 +288,7 @@ class LogTailer:
         if _is_regular(st.st_mode):
             if st.st_size < self._pos:  # truncated
                 self._pos, self._partial, self._discarding = 0, b"", False
+                self.restarts += 1
             data = os.pread(self._fd, min(self.max_read, max(0, st.st_size - self._pos)), self._pos)
             self._pos += len(data)
             self.behind = self._pos < st.st_size

@@ -1,12 +1,15 @@
 """Make a lab certificate authority and the certificates for mutual TLS.
 
 `leveller certs init DIR --hosts h1,h2` writes into DIR:
-  ca.pem, ca.key                  the CA (reused if DIR already has one: add hosts later)
+  ca.pem, ca.key                  the CA (reused if DIR already has one: add hosts later; refused if
+                                  only one of them is there, or ca.key is not 0600)
   controller.pem, controller.key  server certificate for the names/addresses agents dial (--controller-names)
   admin.pem, admin.key            client certificate for `leveller status`
   HOST.pem, HOST.key              one client certificate per host, named HOST (SAN and CN): the
                                   controller accepts reports for HOST only over that certificate
-Keys are written 0600. Copy ca.pem and a host's pair to that host only.
+Keys are written 0600. A pair that exists is kept (the controller's is issued again when
+--controller-names change); names are checked before anything is written. Copy ca.pem and a
+host's pair to that host only.
 
 examples:
   leveller certs init /etc/leveller/tls --hosts h1,h2,h3
@@ -46,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     issued = init(Path(args.dir), tuple(args.hosts), tuple(args.controller_names or DEFAULT_CONTROLLER_NAMES))
     if args.json:
-        print(json.dumps({i.name: {"cert": str(i.cert), "key": str(i.key)} for i in issued}))
+        print(json.dumps({i.name: {"cert": str(i.cert), "key": str(i.key), "kept": i.kept} for i in issued}))
     else:
         for i in issued:
-            print(f"{i.name:12s} {i.cert}  {i.key} (0600)")
+            print(f"{i.name:12s} {i.cert}  {i.key} (0600)" + (" kept" if i.kept else ""))
     return 0

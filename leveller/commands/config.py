@@ -2,8 +2,10 @@
 
 Every key must be one of the command's flags (``--metrics-port`` is ``metrics_port``; a nested
 table joins its name: ``[tls]`` ``cert`` is ``tls_cert``) with a value of the flag's type; on/off
-flags take true/false, repeatable flags a list. Without --for the command is the one (of
-controller, agent, sdn) the file is valid for; a file valid for several is reported as such.
+flags take true/false, repeatable flags a list. The values then pass the checks the command runs at
+start on its options (ranges such as tau > 0, combinations such as lease > tau). Without --for
+the command is the one (of controller, agent, sdn) the file is valid for; a file valid for
+several is reported as such.
 Exit status 0 when valid, 2 with the first error (file, key, value, what is allowed) otherwise.
 
 examples:
@@ -41,15 +43,35 @@ def _parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
+def check(path: str, command: str) -> dict[str, object]:
+    """The values of the file ``path`` for ``command``, after the checks the command itself runs at start on
+    its options (its ``check_args``: ranges, combinations), so a file `config check` calls valid is one the
+    command starts with; UserError naming the file, key or option, the value and what is allowed."""
+    import importlib
+
     from leveller.config import load
 
+    parser = _parser(command)
+    values = load(path, parser, command)
+    checker = getattr(importlib.import_module(f"leveller.commands.{command}"), "check_args", None)
+    if checker is not None:
+        args = parser.parse_args([])  # the defaults, as the command would run without flags
+        for dest, value in values.items():
+            setattr(args, dest, value)
+        try:
+            checker(args)
+        except UserError as exc:
+            raise UserError(f"{path}: {exc}") from None
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
     targets = (args.target,) if args.target else TARGETS
     valid: dict[str, dict[str, object]] = {}
     errors: dict[str, str] = {}
     for command in targets:
         try:
-            valid[command] = load(args.file, _parser(command), command)
+            valid[command] = check(args.file, command)
         except UserError as exc:
             errors[command] = str(exc)
     if not valid:

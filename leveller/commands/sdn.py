@@ -10,14 +10,25 @@ headers and its body must each arrive within --api-timeout, bodies over --api-ma
 are refused (413), and past --api-max-connections the connection idle the longest is
 closed for a new one, so idle or half-open connections cannot lock out /health.
 
+OpenFlow listens on --of-host (default 127.0.0.1; a real switch needs an address it can reach, e.g.
+--of-host 10.0.0.254). A switch is accepted only if its dpid is one of the topology's, it connects
+from --of-allow (default loopback; required with an --of-host beyond loopback) and it does not take
+over a dpid connected from another address; a refused switch is logged and closed before it gets
+any rule. Without TLS any process that can reach the port and claim an allowed dpid is a switch:
+for real deployments give --of-tls-cert/--of-tls-key/--of-tls-ca (OpenFlow over TLS; every switch
+must present a certificate of that CA, e.g. `ovs-vsctl set-ssl` and set-controller ssl:IP:PORT).
+
   leveller sdn --testbed leveller                 app for a testbed (topology, netns, mode from its state)
   leveller sdn --topology leafspine --queue-mode set_queue --of-port 6653 --api 127.0.0.1:8181
   leveller sdn --config examples/config/sdn.toml --api 10.0.0.254:8181 --api-token-file /etc/leveller/sdn-token
+  leveller sdn --topology site.toml --of-host 10.0.0.254 --of-allow 10.0.0.0/24 --of-tls-cert of/ctl.pem \
+      --of-tls-key of/ctl.key --of-tls-ca of/ca.pem
 """
 
 from __future__ import annotations
 
 import argparse
+from ipaddress import IPv4Network, IPv6Network
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +45,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="bearer token every API request must carry (Authorization: Bearer TOKEN); required "
                         "when --api is not a loopback address, e.g. --api 10.0.0.254:8181 --api-token-file "
                         "/etc/leveller/sdn-token (make one with `openssl rand -hex 24`)")
+    parser.add_argument("--of-host", default="127.0.0.1",
+                        help="OpenFlow listen address (default 127.0.0.1; the testbed's switches connect there), "
+                        "e.g. --of-host 10.0.0.254 or 0.0.0.0 for switches beyond this host")
     parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
+    parser.add_argument("--of-allow", metavar="NET[,NET...]",
+                        help="networks switches may connect from (default loopback: 127.0.0.0/8,::1; required "
+                        "with an --of-host beyond loopback), e.g. --of-allow 10.0.0.0/24,192.168.5.7")
+    parser.add_argument("--of-tls-cert", metavar="PEM", help="OpenFlow over TLS: this app's certificate (all three "
+                        "--of-tls-* together; switches must present a certificate of --of-tls-ca)")
+    parser.add_argument("--of-tls-key", metavar="PEM", help="OpenFlow over TLS: the key of --of-tls-cert (0600)")
+    parser.add_argument("--of-tls-ca", metavar="PEM", help="OpenFlow over TLS: the CA switch certificates are "
+                        "signed by")
     parser.add_argument("--idle-timeout", type=int, default=60, help="seconds before an idle flow's rules expire")
     parser.add_argument("--api-timeout", type=float, default=10.0, metavar="S",
                         help="seconds a client has for a request's headers, and again for its body (default 10)")
@@ -48,10 +70,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from leveller.core.qos import default_level_map
+def check_args(args: argparse.Namespace) -> tuple[str, int]:
+    """(API host, API port) after every check of the options that needs nothing but the options: what
+    `run` refuses at start and `leveller config check` runs on a file. UserError naming the option."""
     from leveller.errors import UserError
 
     host, _, port = args.api.rpartition(":")
@@ -63,6 +84,70 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--api-max-body = {args.api_max_body}: must be 1024..{1 << 30} bytes")
     if not 2 <= args.api_max_connections <= 100_000:
         raise UserError(f"--api-max-connections = {args.api_max_connections}: must be 2..100000")
+    if not 1 <= args.of_port <= 65535:
+        raise UserError(f"--of-port = {args.of_port}: must be a TCP port 1..65535")
+    if not 0 <= args.idle_timeout <= 65535:  # OpenFlow's idle_timeout is 16 bits
+        raise UserError(f"--idle-timeout = {args.idle_timeout}: must be 0..65535 seconds (0 = never)")
+    of_allow(args)
+    return host, int(port)
+
+
+def of_allow(args: argparse.Namespace) -> tuple[IPv4Network | IPv6Network, ...]:
+    """The networks of --of-allow (default loopback); UserError for a bad one, or for an --of-host beyond
+    loopback without it (any host could then connect as a switch)."""
+    import ipaddress
+
+    from leveller.errors import UserError
+    from sdn.logic import LOOPBACK
+    from sdn.token import is_loopback
+
+    try:
+        ipaddress.ip_address(args.of_host)
+    except ValueError:
+        raise UserError(f"--of-host = {args.of_host!r}: an IP address to listen on, e.g. 10.0.0.254") from None
+    if args.of_allow is None:
+        if not is_loopback(args.of_host):
+            raise UserError(f"--of-host {args.of_host}: listening beyond loopback needs --of-allow NET[,NET...] "
+                            "(the networks the switches connect from), e.g. --of-allow 10.0.0.0/24")
+        return LOOPBACK
+    nets = []
+    for item in (i.strip() for i in args.of_allow.split(",")):
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise UserError(f"--of-allow {item!r}: not an address or network; allowed: e.g. 10.0.0.0/24, "
+                            "192.168.5.7, ::1") from None
+    return tuple(nets)
+
+
+def of_tls(args: argparse.Namespace) -> tuple[str, str, str] | None:
+    """(cert, key, CA) of --of-tls-*, all three or none, each a readable PEM file; UserError otherwise."""
+    from leveller.errors import UserError
+    from leveller.files import read_small_file
+
+    given = {"--of-tls-cert": args.of_tls_cert, "--of-tls-key": args.of_tls_key, "--of-tls-ca": args.of_tls_ca}
+    if not any(given.values()):
+        return None
+    missing = [o for o, v in given.items() if not v]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: needed with {', '.join(o for o, v in given.items() if v)} "
+                        "(OpenFlow over TLS takes all three)")
+    for option, path in given.items():
+        marker = b"PRIVATE KEY-----" if option == "--of-tls-key" else b"-----BEGIN CERTIFICATE-----"
+        if marker not in read_small_file(path, option):
+            what = "private key" if option == "--of-tls-key" else "certificate"
+            raise UserError(f"{option} {path!r}: not a PEM {what}")
+    return args.of_tls_cert, args.of_tls_key, args.of_tls_ca
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from leveller.core.qos import default_level_map
+    from leveller.errors import UserError
+
+    host, port = check_args(args)
+    tls = of_tls(args)
     from sdn.token import is_loopback, load_token
 
     token = load_token(args.api_token_file) if args.api_token_file else None
@@ -90,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     from sdn.httpd import Limits
     from sdn.main import run as run_app
 
-    run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_port=of_port, netns=netns,
+    run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_host=args.of_host, of_port=of_port,
+            netns=netns, of_allow=of_allow(args), of_tls=tls,
             info_file=info_file, idle_timeout=args.idle_timeout,
             api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections), api_token=token,
             api_token_file=str(Path(args.api_token_file).resolve()) if args.api_token_file else None)

@@ -6,6 +6,12 @@ its path (link ids, asked from the path provider once) live in numpy arrays
 indexed by id, and each report only applies its difference to the host's
 previous report. A flow is live while at least one live host reports it.
 
+With ``claims`` (the controller's, under mutual TLS), a flow's source address
+belongs to the host that first reported a flow from it, as long as that host is
+live: another host reporting a flow from that address (h2 claiming h1's flow for
+its own job moved it to that job and reordered) has that entry refused, kept in
+``refused`` and counted by the controller; the rest of its report stands.
+
 Ids are never reused between compactions, and compaction builds new
 containers, so a Decision that kept references to ``keys``/``ids`` stays
 valid while the table moves on. Not thread-safe: the controller holds its
@@ -94,7 +100,11 @@ class FlowTable:
     """Flows by id: ``job`` (job id), ``refs`` (live hosts reporting it), ``path`` (link ids, -1 padded),
     ``path_id`` (the path interned: flows crossing the same links in the same order share it)."""
 
-    def __init__(self, capacity: int = 1024, width: int = 4) -> None:
+    def __init__(self, capacity: int = 1024, width: int = 4, claims: bool = False) -> None:
+        self.claims = claims
+        self.owners: dict[str, str] = {}  # source address -> host, learned from first reports (claims)
+        self._owned: dict[str, set[str]] = {}  # host -> the addresses it owns (released when it goes stale)
+        self.refused: list[tuple[FlowKey, str]] = []  # the last update_host's refused entries (key, owner)
         self.keys: list[FlowKey] = []
         self.ids: dict[FlowKey, int] = {}
         self.jobs = Interner()
@@ -122,6 +132,9 @@ class FlowTable:
                 return held
         new = dict(map(_KEY_JOB, flows))
         old = held.flows if held else {}
+        self.refused = []
+        if self.claims:
+            self._check_claims(host, new, old)
         if held is not None and new == old:
             return held
         self.version += 1
@@ -138,8 +151,25 @@ class FlowTable:
         held = self._hosts[host] = HostFlows(new, self.ids)
         return held
 
+    def _check_claims(self, host: str, new: dict[FlowKey, str], old: Mapping[FlowKey, str]) -> None:
+        """Remove from ``new`` the flows (not held already) whose source address another host owns, noting
+        them in ``refused``; the host owns the free addresses of the others from now on."""
+        owners = self.owners
+        for key in [k for k in new if k not in old]:
+            src = key.src
+            owner = owners.get(src)
+            if owner is None:
+                owners[src] = host
+                self._owned.setdefault(host, set()).add(src)
+            elif owner != host:
+                del new[key]
+                self.refused.append((key, owner))
+
     def drop_host(self, host: str) -> None:
-        """Forget a host's flows (it went stale); a later report adds them back."""
+        """Forget a host's flows (it went stale) and release its addresses; a later report adds them back."""
+        for src in self._owned.pop(host, ()):
+            if self.owners.get(src) == host:
+                del self.owners[src]
         held = self._hosts.pop(host, None)
         if held is not None and len(held.ids):
             np.subtract.at(self.refs, held.ids, 1)

@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 MAX_FLOW_SERIES = 1000  # leveller_flow_level per flow up to this many flows; leveller_flows always
+MAX_HOST_SERIES = 1000  # leveller_reports_total{host}: hosts beyond this many share one series
+OTHER_HOSTS = "(other)"  # the host label of that series (never a host name: NAME_PATTERN has no parentheses)
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,35 @@ class DecisionCollector:
 
 class ReportCounter:
     """``leveller_reports_total`` per host: a report costs one dict update (no labelled child and its lock),
-    the family is built when Prometheus scrapes. The controller calls it under its own lock."""
+    the family is built when Prometheus scrapes. The controller calls it under its own lock.
 
-    def __init__(self) -> None:
+    At most ``max_hosts`` hosts have a series of their own; reports of further hosts count in the one
+    series ``host="(other)"``: a client holding the secret that reports under thousands of invented host
+    names must not make thousands of series (Prometheus's memory and every scrape grow with them)."""
+
+    def __init__(self, max_hosts: int = MAX_HOST_SERIES) -> None:
         self.counts: dict[str, int] = {}
+        self.max_hosts = max_hosts
+        self._others: set[str] = set()  # the live hosts counted in OTHER_HOSTS (no more than the registry's)
 
     def inc(self, host: str) -> None:
-        self.counts[host] = self.counts.get(host, 0) + 1
+        counts, others = self.counts, self._others
+        if host not in counts:
+            if len(counts) - bool(others) >= self.max_hosts:  # no series free: the shared one
+                others.add(host)
+                host = OTHER_HOSTS
+            elif host in others:  # a series is free again (hosts went stale): its own from now on
+                self.remove(host)
+        counts[host] = counts.get(host, 0) + 1
 
     def remove(self, host: str) -> None:
-        """Forget a host's series (it went stale)."""
-        self.counts.pop(host, None)
+        """Forget a host's series (it went stale); the shared one goes with the last host counted in it."""
+        if host in self._others:
+            self._others.discard(host)
+            if not self._others:
+                self.counts.pop(OTHER_HOSTS, None)
+        else:
+            self.counts.pop(host, None)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

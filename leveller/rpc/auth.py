@@ -11,9 +11,9 @@ import hmac
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from leveller.errors import UserError
+from leveller.files import MAX_SECRET_FILE_BYTES, read_small_file
 
 SIGNATURE_KEY = "x-leveller-mac"
 TIME_KEY = "x-leveller-time"
@@ -63,10 +63,7 @@ def load_secret(path: str | None, env: dict[str, str] | None = None, optional: b
     ``optional`` (mutual TLS is on): None when neither is given."""
     env = dict(os.environ) if env is None else env
     if path:
-        try:
-            secret = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise UserError(f"--secret-file {path!r}: cannot read it ({exc.strerror})") from None
+        secret = read_small_file(path, "--secret-file", MAX_SECRET_FILE_BYTES, private=True).strip()
         where = f"--secret-file {path!r}"
     else:
         secret = env.get("LEVELLER_SECRET", "").encode()

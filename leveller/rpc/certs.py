@@ -6,7 +6,11 @@ SAN, and the CN) is the host name that host's agent reports as: the controller
 refuses a report whose host is not named in the peer's certificate. An ``admin``
 client certificate is made for `leveller status`. Keys are EC P-256, written
 0600; certificates 0644. An existing CA in the directory is reused, so more
-hosts can be added later without re-issuing the others.
+hosts can be added later without re-issuing the others: a pair that exists is
+kept (the controller's is issued again only when --controller-names differ from
+its names). Every name is checked before anything is written; a CA half there
+(ca.pem whose key is kept offline) or a CA key others can read is refused, not
+replaced or reused.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,20 +29,37 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from leveller.errors import UserError
+from leveller.rpc.tls import ADMIN
 
 VALID_DAYS = 365
-ADMIN = "admin"
 CONTROLLER = "controller"
 DEFAULT_CONTROLLER_NAMES = ("localhost", "127.0.0.1", "::1")
+_DNS_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
 class Issued:
-    """Paths of one issued certificate and its key."""
+    """Paths of one issued certificate and its key; ``kept``: it existed and was left as it was."""
 
     name: str
     cert: Path
     key: Path
+    kept: bool = False
+
+
+def check_controller_name(name: str) -> str:
+    """``name`` if it is an IP address or a DNS name (letters, digits and inner hyphens per label, at most
+    253 characters; ASCII only: write an internationalised name in its xn-- form); UserError otherwise."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    labels = name.removesuffix(".").split(".")
+    if len(name) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        raise UserError(f"--controller-names: {name!r} is neither an IP address nor a DNS name; allowed: "
+                        "labels of letters, digits and inner hyphens joined by dots (ASCII; an "
+                        "internationalised name in its xn-- form), e.g. ctl.lab or 10.0.0.254")
+    return name
 
 
 def _san(name: str) -> x509.GeneralName:
@@ -62,8 +85,25 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
+def _check_ca_files(directory: Path) -> None:
+    """Refuse a CA that is half there (a new one would replace the one its hosts trust) or whose key others
+    can read (every certificate it signs would be forgeable)."""
+    cert_path, key_path = directory / "ca.pem", directory / "ca.key"
+    if cert_path.exists() != key_path.exists():
+        have, missing = (cert_path, key_path) if cert_path.exists() else (key_path, cert_path)
+        raise UserError(f"{directory}: {have.name} is there but {missing.name} is not (a CA key kept offline?); "
+                        f"`leveller certs init` signs with the CA's key: put {missing.name} back for the run, or "
+                        f"remove {have.name} to make a new CA (its certificates then stop working)")
+    if key_path.exists():
+        mode = stat.S_IMODE(key_path.stat().st_mode)
+        if mode & 0o077:
+            raise UserError(f"{key_path}: mode {mode:04o}, group or others can read the CA key; allowed: 0600 "
+                            f"(`chmod 600 {key_path}`; if others did read it, make a new CA)")
+
+
 def _load_or_make_ca(directory: Path, now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     cert_path, key_path = directory / "ca.pem", directory / "ca.key"
+    _check_ca_files(directory)
     if cert_path.exists() and key_path.exists():
         try:
             cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
@@ -110,10 +150,25 @@ def issue(directory: Path, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKe
     return out
 
 
+def _existing(directory: Path, file_name: str, names: tuple[str, ...]) -> Issued | None:
+    """The pair FILE_NAME.pem/.key when both exist and the certificate names exactly ``names``."""
+    out = Issued(file_name, directory / f"{file_name}.pem", directory / f"{file_name}.key", kept=True)
+    if not (out.cert.exists() and out.key.exists()):
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(out.cert.read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return None  # not ours or damaged: issued again
+    have = {str(n.value) for n in san}
+    return out if have == {str(_san(n).value) for n in names} else None
+
+
 def init(directory: Path, hosts: tuple[str, ...], controller_names: tuple[str, ...] = DEFAULT_CONTROLLER_NAMES,
          now: dt.datetime | None = None) -> list[Issued]:
     """Make (or reuse) the CA in ``directory`` and issue the controller's, each host's and the admin's
-    certificates; returns what was issued (the CA first)."""
+    certificates, keeping each pair that exists with the same names; returns them all (the CA first).
+    Every name is checked before anything is written."""
     from leveller.codec import SchemaError
     from leveller.rpc.schema import check_name
 
@@ -124,13 +179,20 @@ def init(directory: Path, hosts: tuple[str, ...], controller_names: tuple[str, .
             raise UserError(str(exc)) from None
         if h in (ADMIN, CONTROLLER, "ca"):
             raise UserError(f"--hosts: {h!r} is reserved (file names {h}.pem/.key are taken)")
+        if h.startswith("."):
+            raise UserError(f"--hosts: {h!r} would be a hidden file ({h}.pem); allowed: a name not starting "
+                            "with a dot")
     if not controller_names:
         raise UserError("--controller-names: give at least one name or address the agents dial")
+    controller_names = tuple(check_controller_name(n) for n in controller_names)
     now = now or dt.datetime.now(dt.UTC)
+    if directory.exists():
+        _check_ca_files(directory)  # before any write
     directory.mkdir(parents=True, exist_ok=True)
+    kept = (directory / "ca.key").exists()
     ca = _load_or_make_ca(directory, now)
-    out = [Issued("ca", directory / "ca.pem", directory / "ca.key"),
-           issue(directory, ca, CONTROLLER, controller_names, True, now),
-           issue(directory, ca, ADMIN, (ADMIN,), False, now)]
-    out += [issue(directory, ca, h, (h,), False, now) for h in hosts]
+    out = [Issued("ca", directory / "ca.pem", directory / "ca.key", kept)]
+    for file_name, names, server in ((CONTROLLER, controller_names, True), (ADMIN, (ADMIN,), False),
+                                     *((h, (h,), False) for h in dict.fromkeys(hosts))):
+        out.append(_existing(directory, file_name, names) or issue(directory, ca, file_name, names, server, now))
     return out

@@ -202,7 +202,7 @@ class RateWindow(_message.Message):
     def __init__(self, window_s: _Optional[float] = ..., half_life_s: _Optional[float] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("now", "epoch", "policy", "levels", "tau_s", "lease_s", "last_error", "mode", "shadow_bytes", "rate", "decision_age_s", "enforcement", "order", "jobs", "agents", "flows")
+    __slots__ = ("now", "epoch", "policy", "levels", "tau_s", "lease_s", "last_error", "mode", "shadow_bytes", "rate", "decision_age_s", "enforcement", "order", "jobs", "agents", "flows", "flows_total", "flows_truncated")
     NOW_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -219,6 +219,8 @@ class StatusReply(_message.Message):
     JOBS_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     FLOWS_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     now: float
     epoch: int
     policy: str
@@ -235,4 +237,6 @@ class StatusReply(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     agents: _containers.RepeatedCompositeFieldContainer[AgentStatus]
     flows: _containers.RepeatedCompositeFieldContainer[FlowStatus]
-    def __init__(self, now: _Optional[float] = ..., epoch: _Optional[int] = ..., policy: _Optional[str] = ..., levels: _Optional[int] = ..., tau_s: _Optional[float] = ..., lease_s: _Optional[float] = ..., last_error: _Optional[str] = ..., mode: _Optional[str] = ..., shadow_bytes: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rate: _Optional[_Union[RateWindow, _Mapping]] = ..., decision_age_s: _Optional[float] = ..., enforcement: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., order: _Optional[_Iterable[str]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[FlowStatus, _Mapping]]] = ...) -> None: ...
+    flows_total: int
+    flows_truncated: bool
+    def __init__(self, now: _Optional[float] = ..., epoch: _Optional[int] = ..., policy: _Optional[str] = ..., levels: _Optional[int] = ..., tau_s: _Optional[float] = ..., lease_s: _Optional[float] = ..., last_error: _Optional[str] = ..., mode: _Optional[str] = ..., shadow_bytes: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., rate: _Optional[_Union[RateWindow, _Mapping]] = ..., decision_age_s: _Optional[float] = ..., enforcement: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., order: _Optional[_Iterable[str]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., agents: _Optional[_Iterable[_Union[AgentStatus, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[FlowStatus, _Mapping]]] = ..., flows_total: _Optional[int] = ..., flows_truncated: _Optional[bool] = ...) -> None: ...

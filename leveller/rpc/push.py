@@ -23,9 +23,9 @@ from typing import Any, Protocol, cast
 
 import grpc
 
-from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
 from leveller.model.checks import check_int, check_name, check_number, check_object
-from leveller.model.limits import MAX_COUNTER
+from leveller.model.limits import MAX_COUNTER, MAX_MESSAGE_BYTES
 from leveller.model.messages import LevelsReply
 from leveller.rpc import auth
 from leveller.rpc.loopserver import LoopServer, Refused, method

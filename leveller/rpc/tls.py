@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from leveller.errors import UserError
+from leveller.files import read_small_file
 
+ADMIN = "admin"  # the name in the admin certificate (leveller.rpc.certs): it may read Status, nothing else
+ROLE_NAMES = frozenset({ADMIN, "controller"})  # certificate names that are roles: never a reporting host
 TLS_HELP = ("mutual TLS (all three together; see `leveller certs init`), e.g. "
             "--tls-cert certs/{own}.pem --tls-key certs/{own}.key --tls-ca certs/ca.pem")
 
@@ -52,10 +54,7 @@ def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
                         "(mutual TLS takes all three: --tls-cert, --tls-key, --tls-ca)")
     data = {}
     for option, path in given.items():
-        try:
-            data[option] = Path(str(path)).read_bytes()
-        except OSError as exc:
-            raise UserError(f"{option} {path!r}: cannot read it ({exc.strerror})") from None
+        data[option] = read_small_file(str(path), option)  # a regular file of at most 1 MiB
         marker = b"PRIVATE KEY-----" if option == "--tls-key" else b"-----BEGIN CERTIFICATE-----"
         if marker not in data[option]:
             raise UserError(f"{option} {path!r}: not a PEM {'private key' if option == '--tls-key' else 'certificate'}")
@@ -83,12 +82,26 @@ def peer_names(context: grpc.ServicerContext) -> frozenset[str]:
 
 
 class PeerMismatch(Exception):
-    """A request for a host that the peer's certificate does not name."""
+    """A request for a host that the peer's certificate does not name, or that its role may not make."""
+
+
+def check_admin(context: grpc.ServicerContext) -> None:
+    """PeerMismatch unless the TLS peer's certificate names ``admin``: under mutual TLS only the admin reads
+    the cluster's status (every job, host and flow); a host's certificate reports for that host only."""
+    names = peer_names(context)
+    if ADMIN not in names:
+        raise PeerMismatch(f"Status needs the {ADMIN} certificate (admin.pem of `leveller certs init`); this "
+                           f"one names {', '.join(sorted(names)) or 'nothing'}: a host's certificate may only "
+                           "report (and watch) for that host")
 
 
 def check_host(context: grpc.ServicerContext, host: str) -> None:
-    """PeerMismatch unless the TLS peer's certificate names ``host``."""
+    """PeerMismatch unless the TLS peer's certificate names ``host`` and ``host`` is no role's name (the
+    admin certificate reads status and never reports; ``controller`` is the server's)."""
     names = peer_names(context)
+    if host in ROLE_NAMES:
+        raise PeerMismatch(f"host {host!r} is the name of a role, not of a host: the {ADMIN} certificate reads "
+                           "status (leveller status), only hosts' certificates report")
     if host not in names:
         raise PeerMismatch(f"host {host!r} is not named in the client certificate "
                            f"(it names {', '.join(sorted(names)) or 'nothing'}): an agent reports only for "

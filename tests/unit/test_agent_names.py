@@ -34,8 +34,8 @@ def test_bad_namespace_names(name: str) -> None:
 
 
 def test_lock_files_stay_directly_in_the_lock_directory(tmp_path: Path) -> None:
-    assert lock_path("eth0", "h1", tmp_path) == tmp_path / "agent-h1-eth0.lock"
-    assert lock_path("eth0", None, tmp_path) == tmp_path / "agent-host-eth0.lock"
+    assert lock_path("eth0", "h1", tmp_path) == tmp_path / "agent-h1:eth0.lock"
+    assert lock_path("eth0", None, tmp_path) == tmp_path / "agent:eth0.lock"
     with pytest.raises(UserError, match="--netns"):
         lock_path("eth0", "../../etc", tmp_path)
 

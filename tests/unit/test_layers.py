@@ -9,7 +9,8 @@ one inside a function). Where the rest of the tree fits:
                API alike (imports only model)
   locking      file locks under /run/leveller (agent, demo); imports only errors
   procs        running and stopping the processes the project starts (testbed, demo); imports nothing
-  config       TOML files for the long-running commands' flags (read by commands only); imports errors
+  config       TOML files for the long-running commands' flags (read by commands only); imports errors, files
+  files        small regular files read at start (config, secrets, tokens, PEM); imports only errors
   jobs         the training-job side (emulator, hook, log-line and shift-file formats): the agent reads
                what jobs write, so jobs sits beside the agent and below it
   switchconfig vendor switch configurations: renders the SDN app's OVS rules (sdn.rules) and checks
@@ -41,19 +42,20 @@ ALLOWED: dict[str, set[str]] = {
     "codec": {"model"},
     "locking": {"errors"},
     "procs": set(),
-    "config": {"errors"},
+    "files": {"errors"},
+    "config": {"errors", "files"},
     "core": {"model"},
     "jobs": {"model", "errors"},
     "sim": PURE | {"testbed"},  # testbed.topofile: topology files
     "controller": PURE | {"sdn", "testbed"},  # sdn.client for paths, testbed.topofile
     "agent": MIDDLE,
-    "sdn": PURE,
+    "sdn": PURE | {"files"},  # sdn.token reads its token file
     "testbed": PURE | {"procs", "switchconfig"},  # switchconfig.ovs: queue arguments
     "switchconfig": PURE | {"sdn", "agent"},  # sdn.rules, agent.names
-    "rpc": PURE | {"controller", "agent"},
+    "rpc": PURE | {"controller", "agent", "files"},  # secrets and PEM files
     "bench": MIDDLE | SERVICES | {"rpc"},
     "demo": MIDDLE | SERVICES | {"rpc", "bench"},
-    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config"},
+    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config", "files"},
     "cli": {"errors", "commands"},
 }
 NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess", "pathlib", "shutil",

@@ -23,11 +23,16 @@ from sdn.rules import SETUP_COOKIE, TABLE_PATH, TABLE_QOS, AddFlow, DeleteFlows,
 class FakeDatapath:
     """What os-ken's Datapath offers a sender: ids, protocol modules and send_msg."""
 
-    def __init__(self, dpid: int) -> None:
+    def __init__(self, dpid: int, address: tuple[str, int] = ("127.0.0.1", 40000)) -> None:
         self.id = dpid
+        self.address = address  # where the switch connected from (os-ken: the peer's address)
         self.ofproto = ofp
         self.ofproto_parser = parser
         self.sent: list[Any] = []
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def send_msg(self, msg: Any) -> None:
         msg.set_xid(len(self.sent) + 1)
