@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what LEVELLER needs from the system, idempotently:
-#  - Debian packages (bcc, OVS, iperf3, Prometheus + promtool, ...) when missing;
+#  - Debian packages (bcc, OVS, iperf3, Prometheus + promtool, etcd, ...) when missing;
 #  - a kernel headers link for bcc when the running kernel has none.
 # A machine that already has everything is left untouched.
 set -euo pipefail
@@ -10,6 +10,8 @@ PACKAGES=(
   openvswitch-switch iperf3 ethtool iproute2 iptables tcpdump iputils-ping
   libibverbs-dev
   prometheus
+  etcd-server etcd-client  # controllers on etcd (--etcd); tests start their own members on loopback
+  systemd                  # systemd-analyze verify checks deploy/systemd (no systemd init needed)
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -36,7 +38,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # OVS's maintainer scripts try to start services; there may be no init system.
+  # OVS's (and etcd's) maintainer scripts try to start services; there may be no init system. Nothing
+  # here needs the Debian etcd service: the tests start their own members.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from leveller.agent import libbpf
+from leveller.agent.bpfsource import bpf_dir
 from leveller.agent.flow_structs import (
     DSCP_DTYPE,
     DSCP_KEY_FORMAT,
@@ -59,7 +60,7 @@ from leveller.agent.slots import SlotsExhausted, SlotTable
 from leveller.errors import UserError
 from leveller.model.flow import FlowKey
 
-BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+BPF_DIR = bpf_dir()  # the checkout's bpf/, or the wheel's package data (leveller.agent.bpfsource)
 SOURCE = BPF_DIR / "flow_marker.c"
 PROGRAM_NAME = "leveller_egress"
 STATS_MAP = "flow_stats_egress"

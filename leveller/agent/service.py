@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from leveller.agent.demotion import DEFAULT_QUIET_S, FlowActivity, PhaseDemotion, Plan
+from leveller.agent.fencing import EpochFence
 from leveller.agent.lease import Lease
 from leveller.agent.metrics import AgentMetrics, Rejections
 from leveller.agent.overlap import OverlapWindows
@@ -126,6 +127,7 @@ class StepResult:
     waiting: bool = False  # a controller new to us answered with a decision made before it knew us: levels kept
     mode: str = "enforce"  # the controller's mode ("shadow": its levels were not applied)
     held: int = 0  # flows whose demotion waits for their phase to end (after this step)
+    leader_epoch: int = 0  # the leader epoch of the levels in hand (leveller.agent.fencing; 0: no election)
 
 
 @dataclass
@@ -160,8 +162,13 @@ class Agent:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
     _pushed_epoch: int = -1
+    _pushed_leader: int = 0  # leader epoch of the last pushed decision (decision epochs compare within one)
+    # Epoch fencing (controllers with --etcd): levels of a leader older than the newest seen are refused
+    fence: EpochFence = field(default_factory=EpochFence)
+    leader_epoch: int = 0  # of the levels in hand
     _closed: bool = False
     _long_lines: dict[int, int] = field(default_factory=dict, repr=False)
+    _restarts: dict[int, int] = field(default_factory=dict, repr=False)  # LogTailer.restarts seen, per tailer
     # Failover: the controller whose replies we take, and when its first answer to us arrived (monotonic)
     _source: str | None = None
     _source_since: float = 0.0
@@ -185,6 +192,10 @@ class Agent:
         ended: set[str] = set()  # jobs that finished an iteration: their communication phase is over
         for tailer, tracker in self.logs:
             lines = tailer.poll()
+            restarts = getattr(tailer, "restarts", 0)
+            if restarts != self._restarts.get(id(tailer), 0):  # truncated or replaced: a job may have restarted
+                self._restarts[id(tailer)] = restarts
+                tracker.restart()
             jobs = tracker.feed_all(lines, now) if lines else set()
             if jobs and not tailer.behind:
                 advanced = True
@@ -325,7 +336,8 @@ class Agent:
         with self._lock:
             self._follow(source)
             # a newer decision pushed while this report was in flight wins over this reply
-            if (self._pushes != pushes and self._pushed_epoch > reply.epoch) or self._closed:
+            pushed = (self._pushed_leader, self._pushed_epoch)  # decision epochs compare within a leader's
+            if (self._pushes != pushes and pushed > (reply.leader_epoch, reply.epoch)) or self._closed:
                 stale, cleared, waiting = False, False, False
             else:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
@@ -335,7 +347,7 @@ class Agent:
         self.last_error = None
         self._count("stale" if stale else "ok")
         return StepResult(report, True, marks=marks, cleared=cleared, stale=stale, t=built_at, controller=source,
-                          waiting=waiting, mode=mode, held=held)
+                          waiting=waiting, mode=mode, held=held, leader_epoch=self.leader_epoch)
 
     def apply_pushed(self, reply: LevelsReply) -> None:
         """Apply levels the controller pushed (a new decision) without waiting for the next step.
@@ -344,9 +356,12 @@ class Agent:
         with self._lock:
             if self._closed:
                 return
+            if not self.fence.admit(reply.leader_epoch):  # a deposed leader's decision: never applied
+                self._count("fenced")
+                return
             self._take(reply, received)
             self._pushes += 1
-            self._pushed_epoch = reply.epoch
+            self._pushed_epoch, self._pushed_leader = reply.epoch, reply.leader_epoch
 
     def _follow(self, source: str | None) -> None:
         """Note the controller that answered; a new one starts its own epochs and must first learn our
@@ -375,6 +390,9 @@ class Agent:
         now = self.monotonic()
         decided = reference - reply.decision_age_s
         expired = self._expire_if_due()  # levels in hand whose lease ran out are cleared as such
+        if not self.fence.admit(reply.leader_epoch):  # a deposed leader's levels: the ones in hand stay
+            self._count("fenced")
+            return False, expired, False
         if self._held_from != self._source and decided < self._source_since and self.lease.valid(now):
             return False, False, True
         valid_for = decided + reply.lease_s - now
@@ -393,6 +411,8 @@ class Agent:
         marks = self._effective()
         self.enforcer.apply(marks, valid_for)
         self.marks, self._held_from = marks, self._source
+        self.leader_epoch = reply.leader_epoch
+        self.fence.note_applied(self.clock(), reply.leader_epoch)
         self.lease.renew(now, valid_for)
         if self.metrics is not None:
             self.metrics.lease_left.set(valid_for)

@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     def on_step(r: StepResult) -> None:
         if args.json:
             print(json.dumps({"t": round(r.t, 4), "controller": r.controller, "ok": r.ok, "error": r.error,
-                              "mode": r.mode,
+                              "mode": r.mode, "leader_epoch": r.leader_epoch,  # of the levels in hand (--etcd)
                               "cleared": r.cleared, "stale": r.stale, "waiting": r.waiting, "held": r.held,
                               "jobs": {j.job: j.iterations for j in r.report.jobs},
                               "rejected": dict(rejected.counts),

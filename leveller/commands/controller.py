@@ -34,7 +34,10 @@ with server reflection and grpc.health.v1 on (README "Any gRPC client"), e.g.
   grpcurl -plaintext 127.0.0.1:50051 list
   grpcurl -plaintext 127.0.0.1:50051 describe leveller.v1.Controller
 Calls to leveller.v1.Controller need the shared secret's signature or a client certificate;
-health and reflection are open.
+health and reflection are open. Under mutual TLS a host reports as the host its certificate names,
+and a flow's source address belongs to the host that first reported a flow from it (while that
+host is live): another host's claim of such a flow is refused and counted
+(leveller_requests_rejected_total{reason="flow_claim"}).
 
 examples:
   leveller controller --secret-file /etc/leveller/secret --tau 1 --levels 2
@@ -44,6 +47,7 @@ examples:
   leveller controller --rate-half-life 10 --job-weight big=4 --reprofile-drift 0.25
   leveller controller --config examples/config/controller.toml --mode shadow
   leveller controller --tls-cert tls/controller.pem --tls-key tls/controller.key --tls-ca tls/ca.pem
+  leveller controller --listen 10.0.0.1:50051 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379
 """
 
 from __future__ import annotations
@@ -115,6 +119,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--json", action="store_true", help="one JSON object per decision on stdout")
+    from leveller.commands.controller_ha import add_etcd_options
+
+    add_etcd_options(parser)  # --etcd and friends: leader election and state on etcd
     from leveller.config import add_config_option
 
     add_config_option(parser, "controller")
@@ -139,6 +146,53 @@ def check_rate_options(args: argparse.Namespace) -> tuple[float | None, float | 
     return window, half_life
 
 
+def verify_window(args: argparse.Namespace) -> float:
+    """--verify-window in seconds (default max(2 x tau, 2 s)), between --tau and an hour."""
+    window = args.verify_window if args.verify_window is not None else max(2 * args.tau, 2.0)
+    if not (window >= args.tau and window <= 3600):
+        raise UserError(f"--verify-window {window:g}: must be between --tau ({args.tau:g}) and 3600 seconds")
+    return window
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every check of the options that needs nothing but the options (no file, network or SDN app): what
+    `run` refuses at start and `leveller config check` runs on a file. UserError naming the option."""
+    import math
+
+    from leveller.model.limits import MAX_LEASE_S, MAX_LEVELS, MAX_TAU_S, MIN_TAU_S
+    from leveller.model.shape import parse_job_shape
+
+    if not (math.isfinite(args.tau) and MIN_TAU_S <= args.tau <= MAX_TAU_S):
+        raise UserError(f"--tau {args.tau:g}: must be {MIN_TAU_S:g}..{MAX_TAU_S:g} seconds (decisions at "
+                        "iteration ends: --on-iteration)")
+    if args.lease is not None and not (math.isfinite(args.lease) and args.tau < args.lease <= MAX_LEASE_S):
+        raise UserError(f"--lease {args.lease:g}: must be longer than --tau ({args.tau:g}) and at most "
+                        f"{MAX_LEASE_S:g} seconds (agents refuse a longer lease)")
+    if args.lease is None and 3 * args.tau > MAX_LEASE_S:  # unreachable while MAX_TAU_S <= MAX_LEASE_S / 3
+        raise UserError(f"--tau {args.tau:g}: the default lease 3 x tau exceeds {MAX_LEASE_S:g} s; give --lease")
+    if args.stale_after is not None and not (math.isfinite(args.stale_after)
+                                             and args.tau < args.stale_after <= MAX_LEASE_S):
+        raise UserError(f"--stale-after {args.stale_after:g}: must be longer than --tau ({args.tau:g}) and at "
+                        f"most {MAX_LEASE_S:g} seconds")
+    if not 1 <= args.levels <= MAX_LEVELS:
+        raise UserError(f"--levels {args.levels}: must be 1..{MAX_LEVELS}")
+    if args.reprofile is not None and not (math.isfinite(args.reprofile) and 0 < args.reprofile <= 86400 * 365):
+        raise UserError(f"--reprofile {args.reprofile:g}: must be > 0 seconds (at most a year)")
+    if not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port {args.metrics_port}: must be a TCP port 0..65535 (0 = off)")
+    for item in args.job_shape:
+        parse_job_shape(item)
+    check_rate_options(args)
+    from leveller.commands.options import parse_weights, switching_rule
+
+    switching_rule(args)
+    parse_weights(args.job_weight)
+    verify_window(args)
+    from leveller.commands.controller_ha import check_etcd_args
+
+    check_etcd_args(args)
+
+
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
@@ -151,12 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from leveller.rpc.auth import load_secret
     from leveller.rpc.transport import serve
 
-    if not (args.tau > 0):
-        raise UserError(f"--tau {args.tau}: must be > 0 seconds")
-    if args.lease is not None and not args.lease > args.tau:
-        raise UserError(f"--lease {args.lease}: must be longer than --tau ({args.tau})")
-    if args.stale_after is not None and not args.stale_after > args.tau:
-        raise UserError(f"--stale-after {args.stale_after}: must be longer than --tau ({args.tau})")
+    check_args(args)
     shapes = dict(parse_job_shape(s) for s in args.job_shape)
     window_s, half_life_s = check_rate_options(args)
     from leveller.commands.options import switching_rule
@@ -178,9 +227,7 @@ def run(args: argparse.Namespace) -> int:
     level_map = level_map_for(paths, args.levels)
     if args.verify and not isinstance(paths, SdnPaths):
         raise UserError("--verify needs --paths sdn:URL|RUN_DIR (the SDN app reads the switch queues)")
-    window = args.verify_window if args.verify_window is not None else max(2 * args.tau, 2.0)
-    if not (window >= args.tau and window <= 3600):
-        raise UserError(f"--verify-window {window:g}: must be between --tau ({args.tau:g}) and 3600 seconds")
+    window = verify_window(args)
     pruner = PruneWorker()  # large decisions are pruned in a worker process (see prune_worker)
     ctl = Controller(paths, make_policy(args.policy, tau=args.tau), level_map, args.tau, args.lease,
                      stale_after_s=args.stale_after,
@@ -188,21 +235,31 @@ def run(args: argparse.Namespace) -> int:
                      on_iteration=args.on_iteration, weights=weights, rate_window=window_s,
                      rate_half_life=half_life_s, drift_tolerance=args.reprofile_drift, mode=args.mode,
                      gc_pacer=GcPacer().install(),  # this process is the controller's: see gcpacing
-                     pruner=pruner, switching=switching)
+                     pruner=pruner, switching=switching,
+                     flow_claims=tls is not None)  # a host's certificate proves it: its addresses are its own
     if isinstance(paths, SdnPaths) and args.verify is not False:
         from leveller.controller.enforcement import EnforcementMonitor, SdnQueues
 
         ctl.enforcement = EnforcementMonitor(SdnQueues(paths.client), level_map, window,
                                              registry=ctl.metrics.registry, interval_s=VERIFY_INTERVAL_S)
     try:
-        server, port = serve(ctl, args.listen, secret, on_reject=ctl.reject, tls=tls)
+        from leveller.commands.controller_ha import ha_handler
+
+        ha, replay = ha_handler(args, ctl)  # with --etcd: only the elected leader decides and answers
+        server, port = serve(ha or ctl, args.listen, secret, on_reject=ctl.reject, tls=tls, replay=replay)
     except (OSError, RuntimeError) as exc:
         pruner.close()
         raise UserError(f"--listen {args.listen}: cannot listen ({exc})") from None
     metrics_server = None
     if args.metrics_port:
-        metrics_server, _ = start_http_server(args.metrics_port, addr=args.metrics_addr,
-                                              registry=ctl.metrics.registry)
+        try:
+            metrics_server, _ = start_http_server(args.metrics_port, addr=args.metrics_addr,
+                                                  registry=ctl.metrics.registry)
+        except (OSError, OverflowError) as exc:  # socket.gaierror is an OSError: an unknown --metrics-addr
+            server.stop(grace=0)
+            pruner.close()
+            raise UserError(f"--metrics-port {args.metrics_port} --metrics-addr {args.metrics_addr}: "
+                            f"cannot listen ({exc})") from None
     stop = threading.Event()
 
     def on_step(decision: object, error: str | None) -> None:
@@ -239,13 +296,20 @@ def run(args: argparse.Namespace) -> int:
     if timer:
         timer.start()
     try:
-        ctl.run(stop, time.time, on_step)
+        if ha is not None:
+            from leveller.commands.controller_ha import advertised
+
+            ha.address = advertised(args, port)
+            ha.start()
+        (ha or ctl).run(stop, time.time, on_step)
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
         if timer:
             timer.cancel()
+        if ha is not None:
+            ha.close()  # revokes the lease: a standby takes over at once
         server.stop(grace=1).wait()
         pruner.close()
         if metrics_server is not None:

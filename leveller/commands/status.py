@@ -11,6 +11,10 @@ examples:
 
 A controller in shadow mode (`--mode shadow`) is flagged; its flows' levels are the ones that
 would apply, and a table shows how many bytes each job sent on each would-be level.
+
+The flows listed are the first 10,000 by flow key (the title then says "the first N of M";
+the JSON has flows_total and flows_truncated). Under mutual TLS only the admin certificate may
+read the status (a host's certificate reports for its host only).
 """
 
 from __future__ import annotations
@@ -81,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
                       f" [red](older than the lease {status['lease_s']} s: agents drop its levels)[/]"
                       if stale else ""))
                   + (f"  [red]last error: {status['last_error']}[/]" if status.get("last_error") else ""))
+    ha = status.get("ha")
+    if ha:  # controllers on etcd (--etcd): who leads, at which epoch, who else is there
+        leader = "this controller" if ha["role"] == "leader" else (ha["leader"] or "none elected now")
+        members = ", ".join(f"{m['name']} ({m['address']})" for m in ha.get("members", [])) or "-"
+        console.print(f"leader: {leader}, epoch {ha['epoch']}; {ha['name']} is {ha['role']}; members: {members}"
+                      + (f"  [red]etcd: {ha['last_error']}[/]" if ha.get("last_error") else ""))
     shadow = status.get("mode") == "shadow"
     if shadow:
         console.print("[bold yellow]SHADOW MODE[/]: the levels below are what would apply; agents mark nothing")
@@ -110,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(agents)
     if shadow:
         _print_shadow_bytes(console, status.get("shadow_bytes") or {}, status["levels"])
-    flows = Table("flow", "job", "host", "would-be level" if shadow else "level", "bytes", "links", title="flows")
+    title = "flows"
+    if status.get("flows_truncated"):  # a controller lists a bounded number of flows (the first by flow key)
+        title = f"flows (the first {len(status['flows'])} of {status['flows_total']})"
+    flows = Table("flow", "job", "host", "would-be level" if shadow else "level", "bytes", "links", title=title)
     for f in status["flows"]:
         flows.add_row(f["flow"], f["job"], f["host"], _fmt(f["level"], "d"), str(f["bytes"]), " ".join(f["links"]))
     console.print(flows)

@@ -8,7 +8,12 @@ never routed (paths are cached per flow), runs controller.decide over numpy
 arrays (leveller.core policy + pruning) outside the lock, and keeps the
 result; each agent's next report is answered with the levels of its flows, a
 lease, and the age of the decision (measured from when the step began); a host
-whose flows' levels did not change gets the same reply entries as before.
+whose flows' levels did not change gets the same reply entries as before. With
+``flow_claims`` (the command sets it under mutual TLS, where a report's host is
+the one its certificate names) a flow's source address belongs to the live host
+that first reported a flow from it: another host's report of such a flow has
+that entry refused (no level for it, counted in
+leveller_requests_rejected_total{reason="flow_claim"}).
 While it serves (leveller.rpc.transport.serve) a step runs its Python pieces on
 the thread that answers reports (``use_report_thread``), between reports.
 Agents keep levels only until the lease after the decision, so a failed step
@@ -26,6 +31,8 @@ host's jobs; under every other policy none of that work is done.
 
 from __future__ import annotations
 
+import heapq
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,10 +64,13 @@ from leveller.controller.shifts import ShiftPlanner
 from leveller.core.levels import prune
 from leveller.core.policies import Policy
 from leveller.core.qos import LevelMap
-from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, forget, switch_order
+from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, applies_to, forget, switch_order
 from leveller.model.flow import FlowKey
-from leveller.model.limits import MODES
+from leveller.model.limits import MAX_LEASE_S, MODES
 from leveller.model.messages import FlowLevel, JobReport, LevelsReply, Report
+
+MAX_STATUS_FLOWS = 10_000  # flows a Status reply lists (the first by flow key); flows_total counts them all
+_FLOW_KEY = operator.itemgetter(0)
 
 T = TypeVar("T")
 StepInputs = tuple[list[JobInput], FlowSnapshot, dict[FlowKey, tuple[str, int]], int]  # Controller._step_inputs
@@ -79,7 +89,7 @@ class Controller:
                  monotonic: Callable[[], float] = time.monotonic, weights: Mapping[str, float] | None = None,
                  rate_window: float | None = None, rate_half_life: float | None = None,
                  drift_tolerance: float | None = None, mode: str = "enforce", gc_pacer: GcPacer | None = None,
-                 pruner: Pruner = prune, switching: SwitchRule = PAPER) -> None:
+                 pruner: Pruner = prune, switching: SwitchRule = PAPER, flow_claims: bool = False) -> None:
         if not tau_s > 0:
             raise ValueError(f"tau must be > 0, got {tau_s!r}")
         self.paths, self.policy, self.level_map, self.tau_s = paths, policy, level_map, tau_s
@@ -88,12 +98,16 @@ class Controller:
         self.on_iteration = on_iteration
         self._wake = threading.Event()
         self.lease_s = lease_s if lease_s is not None else 3 * tau_s
+        if not 0 < self.lease_s <= MAX_LEASE_S:  # agents refuse every reply with a longer (or infinite) lease
+            raise ValueError(f"lease must be in (0, {MAX_LEASE_S:g}] seconds, got {self.lease_s!r}")
         self.registry = Registry(stale_after_s if stale_after_s is not None else 3 * tau_s, reprofile_interval_s,
                                  weights=weights, rate_window=rate_window, rate_half_life=rate_half_life,
                                  drift_tolerance=drift_tolerance)
         self._published: Published | None = None  # read by the metrics when Prometheus scrapes
         self.metrics = metrics or ControllerMetrics(lambda: self._published, level_map.levels, FlowKey.label)
-        self.flows = FlowTable()
+        # flow_claims (mutual TLS: a report's host is the certificate's): a flow's source address belongs to the
+        # host that reported it first
+        self.flows = FlowTable(claims=flow_claims)
         self.decision: Decision | None = None
         # CASSINI: time shifts instead of priorities; a plan waits until the jobs' flows settled
         self.shift_planner = ShiftPlanner(settle_s=max(0.5, 2 * tau_s)) \
@@ -120,7 +134,8 @@ class Controller:
         self._classes: tuple[int, FlowClasses] | None = None  # (flow table version, its classes)
         self._snapshot: FlowSnapshot | None = None  # the last step's, kept while the table's version stays
         self._run: Runner[Any] = _here  # where a step's Python pieces run (use_report_thread)
-        self.switching = switching  # hysteresis and dwell of the order (leveller.core.switching)
+        # hysteresis and dwell of the order (leveller.core.switching), for a policy that orders by R only
+        self.switching = switching if applies_to(policy) else PAPER
         self._switch_memory = SwitchMemory()  # touched by steps only (one at a time)
         self.metrics.registry.register(ShadowCollector(lambda: self.shadow))
 
@@ -131,6 +146,8 @@ class Controller:
             before = self.registry.agents.get(report.host)
             self.registry.accept(report, now)
             held = self.flows.update_host(report.host, report.flows)
+            if self.flows.refused:  # flows from another live host's address: not this host's to claim
+                self.metrics.rejected.labels("flow_claim").inc(len(self.flows.refused))
             if self.enforcement is not None:
                 self.enforcement.observe(report)
             self.metrics.reports.inc(report.host)
@@ -210,13 +227,18 @@ class Controller:
             if self.enforcement is not None:
                 self.enforcement.forget(host)
 
-    def status(self, now: float) -> dict[str, Any]:
+    def status(self, now: float, flows_limit: int = MAX_STATUS_FLOWS) -> dict[str, Any]:
+        """What `leveller status` shows. The lock is held only to take the live agents' reports, the jobs
+        and the decision (all immutable once taken), never over the flows: a status of 100,000 flows does
+        not hold up the reports. ``flows`` lists the first ``flows_limit`` flows by flow key;
+        ``flows_total`` counts every flow entry of the live agents' reports (a reply of every flow could
+        exceed any message bound)."""
         with self._lock:
             self._expire(now)
             d = self.decision
             jobs = self.registry.job_inputs(now)
-            flows = self.registry.flows(now)
-            return {
+            agents = self.registry.live(now)
+            out = {
                 "now": now, "epoch": self.epoch, "policy": self.policy.name, "levels": self.level_map.levels,
                 "tau_s": self.tau_s, "lease_s": self.lease_s, "last_error": self.last_error, "mode": self.mode,
                 "shadow_bytes": self.shadow.by_job() if self.shadow is not None else None,
@@ -228,12 +250,20 @@ class Controller:
                           "ideal_time": j.ideal_time, "profiling": j.profiling, "weight": j.weight,
                           "rate": d.rates.get(j.name) if d else None} for j in jobs],
                 "agents": [{"host": a.report.host, "age_s": now - a.received_at, "jobs": len(a.report.jobs),
-                            "flows": len(a.report.flows)} for a in self.registry.live(now)],
-                "flows": [{"flow": k.label(), "job": job, "host": host, "bytes": nbytes,
-                           "level": d.levels.get(k) if d else None,
-                           "links": list(d.links.get(k, ())) if d else []}
-                          for k, (job, host, nbytes) in sorted(flows.items())],
+                            "flows": len(a.report.flows)} for a in agents],
             }
+        # outside the lock: reports and decisions are never changed once made
+        entries = ((f.key, f.job, a.report.host, f.bytes) for a in agents for f in a.report.flows)
+        first = heapq.nsmallest(flows_limit + 1, entries, key=_FLOW_KEY)  # as sorted(...)[:n]: stable
+        picked: dict[FlowKey, tuple[str, str, int]] = {}
+        for key, job, host, nbytes in first:  # a flow two hosts report: the later host's entry (as before)
+            picked[key] = (job, host, nbytes)
+        total = sum(len(a.report.flows) for a in agents)
+        listed = [{"flow": k.label(), "job": job, "host": host, "bytes": nbytes,
+                   "level": d.levels.get(k) if d else None, "links": list(d.links.get(k, ())) if d else []}
+                  for k, (job, host, nbytes) in list(picked.items())[:flows_limit]]
+        out.update(flows=listed, flows_total=total, flows_truncated=total > len(listed))
+        return out
 
     def reject(self, reason: str) -> None:
         """Count a request refused by the RPC layer (bad signature, bad schema)."""

@@ -64,3 +64,6 @@ class LevelsReply:
     decision_age_s: float = 0.0  # seconds since the decision was made (controller clock), at reply time
     shifts: tuple[JobShift, ...] = ()  # policy cassini: one per job of the host with a shift
     mode: str = "enforce"  # "shadow": the levels are what would be applied; the agent marks nothing
+    # the deciding controller's election epoch (leveller.controller.leadership; 0: no election, no --etcd):
+    # agents apply levels of the newest epoch they have seen only (leveller.agent.fencing)
+    leader_epoch: int = 0

@@ -20,6 +20,12 @@ is refused there as soon as that one has seen a later report of the run.
 
 A refused report (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) is not retried
 elsewhere: every controller applies the same rules.
+
+Controllers on etcd (``leveller controller --etcd``) elect one leader; a standby answers
+FAILED_PRECONDITION "not the leader; the leader is X" (leveller.controller.leadership), and when X
+is one of this client's addresses the same report goes to X next, which then stays the active one
+(fail-back included: the agents follow whoever leads). X is the leader's ``--advertise`` address, so
+give the agents the same spelling in ``--controller``.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from typing import Any
 
 import grpc
 
-from leveller.codec import MAX_MESSAGE_BYTES
+from leveller.controller.leadership import leader_in
 from leveller.errors import UserError
+from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.rpc.replay import new_run_id
 from leveller.rpc.schema import LevelsReply, Report
 from leveller.rpc.transport import ControllerClient, RpcFailure
@@ -107,14 +114,28 @@ class FailoverClient:
         return self._first_answer(lambda c: c.report(report, known_jobs=jobs))
 
     def status(self) -> dict[str, Any]:
-        """The status of the first controller that answers, active first; ``"controller"`` names it."""
-        return {**self._first_answer(lambda c: c.status()), "controller": self.active}
+        """The status of the first controller that answers, active first; ``"controller"`` names it. A
+        standby on etcd that names a leader in this client's list is passed over for that leader."""
+        out = {**self._first_answer(lambda c: c.status()), "controller": self.active}
+        ha = out.get("ha") or {}
+        leader = ha.get("leader")
+        if ha.get("role") != "leader" and leader in self.addresses and leader != out["controller"]:
+            try:
+                out = {**self.clients[self.addresses.index(leader)].status(), "controller": leader}
+            except RpcFailure:
+                pass  # the standby's view (it names the leader) is still worth showing
+        return out
 
     def _first_answer(self, call: Callable[[ControllerClient], Any]) -> Any:
         with self._lock:  # one call at a time: the sequence numbers leave in order
             errors: list[tuple[str, RpcFailure]] = []
-            for i in (self._index + k for k in range(len(self.clients))):
-                i %= len(self.clients)
+            order = [(self._index + k) % len(self.clients) for k in range(len(self.clients))]
+            tried: set[int] = set()
+            while order:
+                i = order.pop(0)
+                if i in tried:
+                    continue
+                tried.add(i)
                 try:
                     out = call(self.clients[i])
                 except RpcFailure as exc:
@@ -122,6 +143,10 @@ class FailoverClient:
                         raise
                     self.last_errors[self.addresses[i]] = str(exc)
                     errors.append((self.addresses[i], exc))
+                    # a standby (controllers on etcd) names the leader: ask it next
+                    leader = leader_in(exc.details) if exc.code == grpc.StatusCode.FAILED_PRECONDITION else None
+                    if leader in self.addresses:
+                        order.insert(0, self.addresses.index(leader))
                     continue
                 if i != self._index:
                     self._index = i

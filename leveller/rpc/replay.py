@@ -22,7 +22,9 @@ report signed before it is refused by auth anyway, so the entry is dropped. At m
 many host names are seen. Limits: the memory is in-process (after a controller restart,
 a report signed in the last MAX_SKEW_S can be replayed until the agent's next report
 supersedes it), and an agent restarted with its clock set back must wait until its clock
-passes the last accepted send time.
+passes the last accepted send time. With ``leveller controller --etcd`` the leader keeps the marks
+in etcd and a new leader restores them (``restore``) with its election time as the floor, so no
+report is accepted across controllers or restarts (leveller.controller.ha).
 """
 
 from __future__ import annotations
@@ -84,6 +86,25 @@ class ReplayGuard:
                                       f"{last.sent_at:.6f}): a replay of an earlier run, or this host's clock "
                                       "went back")
             self._last[host] = _Last(run, seq, max(sent_at, last.sent_at) if last else sent_at)
+            self._last.move_to_end(host)
+            while len(self._last) > self.max_hosts:
+                self._last.popitem(last=False)
+
+    def marks(self) -> dict[str, tuple[str, int, float]]:
+        """host -> (run, seq, signed time) of its newest accepted report (what an elected controller keeps in
+        etcd, leveller.controller.ha)."""
+        with self._lock:
+            return {h: (m.run, m.seq, m.sent_at) for h, m in self._last.items()}
+
+    def restore(self, host: str, run: str, seq: int, sent_at: float) -> None:
+        """Remember ``host``'s newest accepted report as (run, seq, sent_at) unless a newer one is known: a
+        new leader's marks from etcd. Run "" matches no agent, so every report must then be signed after
+        ``sent_at``."""
+        with self._lock:
+            last = self._last.get(host)
+            if last is not None and last.sent_at >= sent_at:
+                return
+            self._last[host] = _Last(run, seq, sent_at)
             self._last.move_to_end(host)
             while len(self._last) > self.max_hosts:
                 self._last.popitem(last=False)

@@ -23,6 +23,8 @@ refused too, so a typo never passes silently.
        "shifts"?: [{"job", "plan": int, "start_in_s": float, "period_s": float}]}
       shifts (policy cassini only): job should start an iteration start_in_s seconds after
       the reply left, or a whole number of period_s later; once per plan (leveller.jobs.control).
+      leader_epoch (only with `leveller controller --etcd`): the elected leader's epoch; an agent
+      applies levels of the newest epoch it has seen only (leveller.agent.fencing).
 
 ``decision_age_s`` is how old the decision behind the levels is, by the
 controller's own clock, when the reply leaves: an agent keeps levels only
@@ -48,7 +50,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any, cast
 
-from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode, loads
+from leveller.codec import SchemaError, decode, encode, loads
 from leveller.model.checks import (
     check_ideal_time,
     check_int,
@@ -70,7 +72,9 @@ from leveller.model.limits import (
     MAX_DSCP_BYTES,
     MAX_FLOWS,
     MAX_JOBS,
+    MAX_LEASE_S,
     MAX_LEVELS,
+    MAX_MESSAGE_BYTES,
     MAX_RECENT,
     MODES,
     NAME_PATTERN,
@@ -527,6 +531,8 @@ def reply_to_wire(reply: LevelsReply) -> dict[str, Any]:
         out["shifts"] = _shifts_to_wire(reply.shifts)
     if reply.mode != "enforce":  # only in shadow mode: an enforcing controller's replies stay as they were
         out["mode"] = reply.mode
+    if reply.leader_epoch:  # only from an elected leader (--etcd): a lone controller's replies stay as they were
+        out["leader_epoch"] = reply.leader_epoch
     return out
 
 
@@ -544,6 +550,8 @@ def encode_reply(reply: LevelsReply, flows: bytes | None = None) -> bytes:
         wire["shifts"] = _shifts_to_wire(reply.shifts)
     if reply.mode != "enforce":
         wire["mode"] = reply.mode
+    if reply.leader_epoch:
+        wire["leader_epoch"] = reply.leader_epoch
     head = encode(wire)
     if flows is None:
         flows = encode_flow_levels(reply.flows)
@@ -608,13 +616,14 @@ def _shifts_from_wire(items: Any, known: set[str] | None) -> tuple[JobShift, ...
 
 def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None) -> LevelsReply:
     """Validate a reply; with ``known_jobs``, a level for any other job is refused."""
-    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"), ("shifts", "mode"))
+    _obj(msg, "", ("v", "epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows"),
+         ("shifts", "mode", "leader_epoch"))
     mode = msg.get("mode", "enforce")
     if mode not in MODES:
         raise SchemaError("mode", f"{mode!r}: expected one of {', '.join(MODES)}")
     _version(msg)
     epoch = _int(msg["epoch"], "epoch", 0, MAX_COUNTER)
-    lease = _num(msg["lease_s"], "lease_s", 0, 86400, lo_open=True)
+    lease = _num(msg["lease_s"], "lease_s", 0, MAX_LEASE_S, lo_open=True)
     age = _num(msg["decision_age_s"], "decision_age_s", 0)
     dscp = tuple(_int(d, f"dscp_by_level[{i}]", 0, DSCP_MAX)
                  for i, d in enumerate(_list(msg["dscp_by_level"], "dscp_by_level", MAX_LEVELS)))
@@ -629,4 +638,5 @@ def reply_from_wire(msg: dict[str, Any], known_jobs: Iterable[str] | None = None
             raise SchemaError(f"flows[{i}].job", f"{job!r} is not a job of this host (known: {sorted(known)})")
         flows.append(FlowLevel(key, job, _int(raw["level"], f"flows[{i}].level", 0, len(dscp) - 1)))
     shifts = _shifts_from_wire(msg["shifts"], known) if "shifts" in msg else ()
-    return LevelsReply(epoch, lease, dscp, tuple(flows), age, shifts, mode)
+    leader_epoch = _int(msg.get("leader_epoch", 0), "leader_epoch", 0, MAX_COUNTER)
+    return LevelsReply(epoch, lease, dscp, tuple(flows), age, shifts, mode, leader_epoch)

@@ -15,6 +15,12 @@ host (a replay) is refused UNAUTHENTICATED (leveller.rpc.replay). Oversize messa
 gRPC itself (RESOURCE_EXHAUSTED) through max message length options. At 1,000 agents the server
 remembers, per host, the text of its validated flow entries and the encoding of its levels
 (schema.ReportDecoder, schema.ReplyEncoder): same results and errors, a fraction of the work.
+
+Roles. With the shared secret there is one: every holder may report for any host and read the
+status. Under mutual TLS (leveller.rpc.tls) the certificate decides: a host's certificate may
+Report, ReportStream and Watch for the host it names and nothing else (not Status); the admin
+certificate may read Status and nothing else (a report for host "admin" or "controller" is
+refused); PERMISSION_DENIED otherwise, counted as leveller_requests_rejected_total{reason="identity"}.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from leveller.codec import MAX_MESSAGE_BYTES, SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode
+from leveller.controller.leadership import NotLeader
 from leveller.model.errors import CallFailed
+from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.rpc import auth, protowire
 from leveller.rpc import leveller_pb2 as pb
 from leveller.rpc.loopserver import LoopServer, Refused, method, stream_method
@@ -44,7 +52,7 @@ from leveller.rpc.schema import (
     reply_from_wire,
     report_to_wire,
 )
-from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_host, server_credentials
+from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_admin, check_host, server_credentials
 
 SERVICE = "leveller.v1.Controller"
 REPORT = f"/{SERVICE}/Report"
@@ -84,9 +92,18 @@ def client_options(max_bytes: int) -> list[tuple[str, int]]:
 
 
 def _check_peer(context: grpc.ServicerContext, host: str, on_reject: Callable[[str], None]) -> None:
-    """Refuse PERMISSION_DENIED unless the TLS peer's certificate names ``host``."""
+    """Refuse PERMISSION_DENIED unless the TLS peer's certificate names ``host`` (a host, not a role)."""
     try:
         check_host(context, host)
+    except PeerMismatch as exc:
+        on_reject("identity")
+        raise Refused(grpc.StatusCode.PERMISSION_DENIED, str(exc)) from None
+
+
+def _check_admin(context: grpc.ServicerContext, on_reject: Callable[[str], None]) -> None:
+    """Refuse PERMISSION_DENIED unless the TLS peer is the admin (Status under mutual TLS)."""
+    try:
+        check_admin(context)
     except PeerMismatch as exc:
         on_reject("identity")
         raise Refused(grpc.StatusCode.PERMISSION_DENIED, str(exc)) from None
@@ -127,6 +144,8 @@ class _Service:
         except ReplayError as exc:
             self.on_reject("replay")
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        except NotLeader as exc:  # a standby (--etcd): "not the leader; the leader is X", which agents follow
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
         return out, auth.metadata(self.secret, _reply_method(method), now, out)
 
     def report(self, body: bytes, context: grpc.ServicerContext) -> bytes:
@@ -178,7 +197,8 @@ class _Service:
 
 def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock: Clock = time.time,
           max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 16,
-          on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None) -> tuple[LoopServer, int]:
+          on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None,
+          replay: ReplayGuard | None = None) -> tuple[LoopServer, int]:
     """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
 
     The server is grpc.aio on a thread of its own (leveller.rpc.loopserver): reports are answered on its
@@ -190,12 +210,16 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
     if secret is None and tls is None:
         raise ValueError("a shared secret or mutual TLS is required")
     svc = _Service(handler, secret, clock, max_message_bytes, on_reject, tls=tls is not None)
+    if replay is not None:  # the caller's replay memory (leveller.controller.ha keeps it in etcd)
+        svc.replay = replay
     server = LoopServer(_options(max_message_bytes), blocking_threads=threads)
     try:
         async def report(body: bytes, context: Any) -> bytes:
             return svc.report(body, context)
 
         async def status(body: bytes, context: Any) -> bytes:
+            if tls is not None:  # roles: the admin reads the status, hosts report
+                _check_admin(context, svc.on_reject)
             out, trailing = await server.in_pool(svc.status, body, dict(context.invocation_metadata()))
             context.set_trailing_metadata(trailing)  # on the loop: the context is the loop's
             return out
