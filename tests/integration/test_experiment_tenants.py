@@ -34,9 +34,15 @@ def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> Non
     print(doc)
     assert set(doc) == {"2"} and set(doc["2"]) == {"fair", "leveller"}
     for pol in ("fair", "leveller"):
-        assert set(doc["2"][pol]) == {"min", "avg"}
-        (lo,), (avg,) = doc["2"][pol]["min"], doc["2"][pol]["avg"]
+        run = doc["2"][pol]
+        assert set(run) == {"min", "avg", "top_job_changes", "retrans_segs", "timeouts", "model", "model_min"}
+        (lo,), (avg,) = run["min"], run["avg"]
         assert 0.05 < lo <= avg < 1.3  # both jobs iterated, at a plausible pace against their ideal times
+        assert run["timeouts"][0] >= 0 and run["retrans_segs"][0] >= 0  # counted by the kernel (nstat)
+        (model,) = run["model"]
+        assert set(model) == {"t1", "t2"} and all(0.05 < r <= 1.01 for r in model.values())
+        assert run["model_min"] == [min(model.values())]
+    assert doc["2"]["fair"]["top_job_changes"] == [0]
     assert "job catalog" in proc.stderr and "scale" in proc.stderr  # the scaling is printed
     details = json.loads((tmp_path / "tenants.json").read_text())
     assert details["results"] == doc
@@ -44,6 +50,8 @@ def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> Non
     assert set(rep["jobs"]) == {"t1", "t2"} and all(0.3 < v < 3.0 for v in rep["ideal_s"].values())
     assert all(min(r["iterations"].values()) >= 3 for r in rep["runs"].values())
     assert (tmp_path / "tenants.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "tenants-model.png").read_bytes()[:4] == b"\x89PNG"
+    assert details["settings"]["switching"]["name"] == "all"
     assert demo_leftovers(name) == {"namespaces": [], "processes": [], "files": []}
 
 
