@@ -46,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            help="preset (dumbbell, leafspine) or TOML file (default dumbbell)")
             p.add_argument("--datapath", choices=("netdev", "system"), default=None,
                            help="OVS datapath (default: system if the openvswitch module is loaded, else netdev)")
+            p.add_argument("--floor", type=float, default=None, metavar="F",
+                           help="share of each link guaranteed to every queue below the top (default: the "
+                           "running testbed's, else 0.05; 0 = the paper's pure strict priority)")
             p.add_argument("--sdn", action=argparse.BooleanOptionalAction, default=True,
                            help="start `leveller sdn` for it in the background (default); --no-sdn leaves "
                            "the switches without forwarding, to attach another OpenFlow app")
@@ -69,13 +72,17 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"testbed {args.name}: {'removed' if was_up else 'was not up'}")
         return 0
     if args.action == "up":
+        from leveller.core.qos import DEFAULT_FLOOR
         from leveller.testbed.state import load_state
         from leveller.testbed.topofile import load_topology
 
         topo = load_topology(args.topology)
-        fresh = load_state(tb.run_dir) is None
+        state = load_state(tb.run_dir)
+        fresh = state is None
+        floor = args.floor if args.floor is not None else (DEFAULT_FLOOR if state is None else state.queue_floor)
         with console.status("building") as st:
-            tb = Testbed.up(topo, args.name, args.run_dir, args.datapath, progress=lambda m: st.update(m))
+            tb = Testbed.up(topo, args.name, args.run_dir, args.datapath, progress=lambda m: st.update(m),
+                            floor=floor)
             if args.sdn:
                 st.update("starting the SDN app and waiting for its flows")
                 try:

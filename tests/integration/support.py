@@ -8,8 +8,10 @@ import os
 import secrets
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -276,3 +278,32 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
             except ValueError:
                 pass  # being written
     return out
+
+
+class TcpCapture(threading.Thread):
+    """A thread reading one TCP flow's IPv4 frames (sport -> dport) from an AF_PACKET socket until
+    ``stop`` is set; ``seen`` gets each frame with its header fields."""
+
+    def __init__(self, sock: socket.socket, sport: int, dport: int) -> None:
+        super().__init__(daemon=True)
+        self.sock, self.sport, self.dport = sock, sport, dport
+        self.stop = threading.Event()
+
+    def seen(self, seq: int, flags: int, payload: int, dscp: int) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                frame = self.sock.recv(65535)
+            except (TimeoutError, OSError):
+                continue
+            if frame[12:14] != b"\x08\x00" or frame[23] != 6:  # IPv4, TCP
+                continue
+            ihl = (frame[14] & 0x0F) * 4
+            tcp = frame[14 + ihl:]
+            sport, dport, seq = struct.unpack("!HHI", tcp[:8])
+            if (sport, dport) == (self.sport, self.dport):
+                total_len = struct.unpack("!H", frame[16:18])[0]
+                self.seen(seq, tcp[13], total_len - ihl - (tcp[12] >> 4) * 4, frame[15] >> 2)

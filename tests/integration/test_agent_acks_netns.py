@@ -7,7 +7,6 @@ from __future__ import annotations
 import secrets
 import shutil
 import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,8 @@ import pytest
 from leveller.agent.rate_tracker import JobProgress
 from leveller.agent.reports import Classifier, build_report, parse_port_rule
 from leveller.model.flow import flow_key
+
+from .support import TcpCapture
 
 pytestmark = pytest.mark.privileged
 
@@ -35,31 +36,16 @@ def pair() -> Iterator[Any]:
         yield p
 
 
-class AckCapture(threading.Thread):
+class AckCapture(TcpCapture):
     """DSCPs of the pure ACKs (no payload) of one TCP flow, from an AF_PACKET socket."""
 
     def __init__(self, sock: socket.socket, sport: int, dport: int) -> None:
-        super().__init__(daemon=True)
-        self.sock, self.sport, self.dport = sock, sport, dport
+        super().__init__(sock, sport, dport)
         self.dscps: list[int] = []
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                frame = self.sock.recv(65535)
-            except (TimeoutError, OSError):
-                continue
-            if frame[12:14] != b"\x08\x00" or frame[23] != 6:
-                continue
-            ihl = (frame[14] & 0x0F) * 4
-            tcp = frame[14 + ihl:]
-            sport, dport = struct.unpack("!HH", tcp[:4])
-            total_len = struct.unpack("!H", frame[16:18])[0]
-            if (sport, dport) == (self.sport, self.dport) and total_len == ihl + (tcp[12] >> 4) * 4 \
-                    and tcp[13] == 0x10:  # ACK only, no payload
-                self.dscps.append(frame[15] >> 2)
+    def seen(self, seq: int, flags: int, payload: int, dscp: int) -> None:
+        if payload == 0 and flags == 0x10:  # ACK only, no payload
+            self.dscps.append(dscp)
 
 
 @pytest.mark.timeout(90)

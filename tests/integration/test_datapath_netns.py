@@ -23,7 +23,7 @@ import pytest
 from leveller.errors import UserError
 from leveller.model.flow import flow_key
 
-from .support import fresh_cgroup
+from .support import TcpCapture, fresh_cgroup
 
 pytestmark = pytest.mark.privileged
 
@@ -70,38 +70,19 @@ def cgroup() -> Iterator[Path]:
         yield path
 
 
-class Capture(threading.Thread):
+class Capture(TcpCapture):
     """(relative seq, payload length, DSCP) of data packets of one TCP flow seen on an interface."""
 
     def __init__(self, sock: socket.socket, sport: int, dport: int) -> None:
-        super().__init__(daemon=True)
-        self.sock, self.sport, self.dport = sock, sport, dport
+        super().__init__(sock, sport, dport)
         self.isn: int | None = None
         self.packets: list[tuple[int, int, int]] = []
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                frame = self.sock.recv(65535)
-            except (TimeoutError, OSError):
-                continue
-            if frame[12:14] != b"\x08\x00" or frame[23] != 6:
-                continue
-            ihl = (frame[14] & 0x0F) * 4
-            tcp = frame[14 + ihl:]
-            sport, dport, seq = struct.unpack("!HHI", tcp[:8])
-            if (sport, dport) != (self.sport, self.dport):
-                continue
-            flags = tcp[13]
-            if flags & 0x02:  # SYN
-                self.isn = seq
-                continue
-            total_len = struct.unpack("!H", frame[16:18])[0]
-            payload = total_len - ihl - (tcp[12] >> 4) * 4
-            if payload > 0 and self.isn is not None:
-                self.packets.append(((seq - self.isn - 1) & 0xFFFFFFFF, payload, frame[15] >> 2))
+    def seen(self, seq: int, flags: int, payload: int, dscp: int) -> None:
+        if flags & 0x02:  # SYN
+            self.isn = seq
+        elif payload > 0 and self.isn is not None:
+            self.packets.append(((seq - self.isn - 1) & 0xFFFFFFFF, payload, dscp))
 
 
 @pytest.mark.timeout(60)

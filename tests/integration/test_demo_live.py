@@ -33,13 +33,18 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:
     # best and well ahead of job 2 (flow-fair TCP gives both about 0.74): on a host whose hypervisor stole a
     # sixth of the CPU over the suite, 0.782 against 0.612 (the jobs' compute waits for the CPU too)
     assert crux.switches == 0 and crux.rates[0] > 0.75 and crux.rates[0] - crux.rates[1] > 0.12
-    # LEVELLER: priorities follow R (many changes), both jobs near the 0.857 optimum. On a loaded
+    # LEVELLER: priorities follow R, both jobs near the 0.857 optimum. The controller's default switching
+    # rule (hysteresis 0.02, dwell 2 s: docs/switching.md) lets the top change at most once per dwell; the
+    # fluid model of the pair with it changes the top about 7 times in 40 s (the paper's rule: about 100,
+    # once per iteration end), a static order never. On a loaded
     # machine every R drops, so the optimum is judged against the best R the machine gives a job
     # right now, Crux's top job (model 1.0): leveller ~0.86 of it on a quiet machine, 0.81 with two
     # CPU burners and a third busy process (every top-job change waits for the CPU); flow-fair TCP
     # (no priority, a broken marker) ~0.74
     top = crux.rates[0]
-    assert lev.switches >= 20
+    from leveller.core.switching import DEFAULT
+
+    assert 3 <= lev.switches <= 40.0 / DEFAULT.dwell + 1, lev.switches
     assert lev.min >= 0.78 * top, (lev.rates, top)
     assert lev.min > crux.min + 0.05
     # the picture: both jobs' R lines, and both jobs holding the top level in turn (shaded spans)

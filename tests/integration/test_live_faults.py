@@ -36,6 +36,7 @@ import grpc
 import pytest
 
 from leveller.codec import encode
+from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.rpc.transport import ControllerClient
 
 from .support import Proc, free_port, leveller_proc, send_report, wait_until
@@ -224,7 +225,8 @@ def test_live_controller_refuses_bad_reports_and_changes_nothing(tmp_path: Path)
                  grpc.StatusCode.INVALID_ARGUMENT, "flows[0].job"),
                 ("start far in the future", encode(_report(iterations=99, start=time.time() + 3600)), good,
                  grpc.StatusCode.INVALID_ARGUMENT, "jobs[0].start_time"),
-                ("oversize", encode(_report(iterations=99, pad=5 << 20)), good, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                ("oversize", encode(_report(iterations=99, pad=MAX_MESSAGE_BYTES + (1 << 20))), good,
+                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                  ""),
             ]
             for name, body, secret, code, needle in cases:

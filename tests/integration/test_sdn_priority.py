@@ -1,6 +1,11 @@
 """Strict priority on real OVS driven by the real os-ken app: two TCP flows share the
-dumbbell's 50 Mbit/s bottleneck; the DSCP marks (IP_TOS on the sender socket) decide
-who gets the link. Also: forwarding and the queue mapping survive restarts."""
+dumbbell's 20 Mbit/s bottleneck; the DSCP marks (IP_TOS on the sender socket) decide
+who gets the link. Also: forwarding and the queue mapping survive restarts.
+
+20 Mbit/s, not 50: at 50 the bottom flow once carried 7.6 Mbit/s against 47.6 (a `make test` run);
+the top queue ran dry while ovs-vswitchd waited for a CPU, as test_switch_config_ovs.py's docstring
+measures, and a queue of the same packets lasts 2.5 times longer at 20. The restart test keeps the
+dumbbell preset's 50 Mbit/s: its operator step, `leveller testbed up`, rebuilds that preset."""
 
 from __future__ import annotations
 
@@ -17,11 +22,16 @@ from leveller.core.qos import default_level_map
 from .support import assert_top_takes_the_link, dumbbell_testbed, root_burst, run_pair, wait_until
 
 pytestmark = pytest.mark.privileged
-BOTTLENECK = 50.0
+BOTTLENECK = 20.0
 LEVELS = default_level_map(4)
 TOP = LEVELS.dscp_for_level(3) << 2
 BOTTOM = LEVELS.dscp_for_level(0) << 2
-QUEUE_BURST = 62_500  # bytes: 10 ms of the 50 Mbit/s bottleneck (leveller.core.qos.HTB_BURST_S)
+RESTART_MBPS = 50.0  # the dumbbell preset's bottleneck, which `leveller testbed up` builds
+
+
+def queue_burst(mbps: float) -> int:
+    """Bytes of the HTB root's burst: 10 ms of the bottleneck (leveller.core.qos.HTB_BURST_S)."""
+    return int(mbps * 1e6 * 0.01 / 8)
 
 
 
@@ -42,10 +52,16 @@ def dumbbell(tmp_path):
         yield tb, client
 
 
+@pytest.fixture
+def preset_dumbbell(tmp_path):
+    with dumbbell_testbed(tmp_path, RESTART_MBPS, floor=0.0) as (tb, client):
+        yield tb, client
+
+
 def test_top_level_flow_takes_the_bottleneck(dumbbell):
     tb, client = dumbbell
     # the queues' burst came from OVSDB, the root's (one MTU from OVS) was widened to it by the app
-    assert root_burst(tb) == QUEUE_BURST
+    assert root_burst(tb) == queue_burst(BOTTLENECK)
     a, b = run_pair(tb, TOP, BOTTOM)
     print(f"A top / B bottom: A {a:.1f} B {b:.1f} Mbit/s")
     assert_top_takes_the_link(a, b, BOTTLENECK)
@@ -71,13 +87,14 @@ def test_top_level_flow_takes_the_bottleneck(dumbbell):
     # reconfigured; the app is stopped meanwhile so that it cannot widen it first); the app widens it again
     tb.stop_sdn()
     tb.ovs.vsctl("set", "Bridge", "s1", "other-config:leveller-test=reconfigure")
-    assert root_burst(tb) < QUEUE_BURST
+    assert root_burst(tb) < queue_burst(BOTTLENECK)
     tb.start_sdn()
-    wait_until(lambda: root_burst(tb) == QUEUE_BURST, 15, lambda: f"root burst widened again: {root_burst(tb)}")
+    wait_until(lambda: root_burst(tb) == queue_burst(BOTTLENECK), 15,
+               lambda: f"root burst widened again: {root_burst(tb)}")
 
 
-def test_forwarding_and_queue_mapping_recover_after_restarts(dumbbell):
-    tb, client = dumbbell
+def test_forwarding_and_queue_mapping_recover_after_restarts(preset_dumbbell):
+    tb, client = preset_dumbbell
 
     def kill_and_restart_vswitchd():
         time.sleep(2)  # the flows run a while first (part of the scenario, not a wait for readiness)
@@ -94,8 +111,8 @@ def test_forwarding_and_queue_mapping_recover_after_restarts(dumbbell):
     # forwarding is back (the link carries A) and so is the queue mapping (B stays starved; without it the
     # two would share), and the root's burst (OVS rebuilt the qdisc). A lower floor than without a restart:
     # on a loaded machine the recovery can reach into the window (A 41.4, B 0.1 Mbit/s in a CI run)
-    assert_top_takes_the_link(a, b, BOTTLENECK, floor=0.6)
-    assert root_burst(tb) == QUEUE_BURST
+    assert_top_takes_the_link(a, b, RESTART_MBPS, floor=0.6)
+    assert root_burst(tb) == queue_burst(RESTART_MBPS)
 
     def restart_app():
         time.sleep(2)
@@ -104,4 +121,4 @@ def test_forwarding_and_queue_mapping_recover_after_restarts(dumbbell):
 
     a, b = run_pair(tb, BOTTOM, TOP, seconds=14, window=(8.0, 14.0), during=restart_app)
     print(f"after app restart: A {a:.1f} B {b:.1f} Mbit/s")
-    assert_top_takes_the_link(b, a, BOTTLENECK, floor=0.6)
+    assert_top_takes_the_link(b, a, RESTART_MBPS, floor=0.6)
