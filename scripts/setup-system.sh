@@ -12,6 +12,8 @@ PACKAGES=(
   prometheus
   etcd-server etcd-client  # controllers on etcd (--etcd); tests start their own members on loopback
   systemd                  # systemd-analyze verify checks deploy/systemd (no systemd init needed)
+  util-linux               # setpriv: a test starts the agent with only its unit's capabilities
+  gcc make binutils        # the RDMA shim (make -C shim), also built from the sdist in a test (nm checks it)
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -82,6 +82,17 @@ class DatapathError(Exception):
     """The kernel refused an operation (attach, map update)."""
 
 
+CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39  # linux/capability.h
+
+
+def missing_capabilities(status: Path = Path("/proc/self/status")) -> list[str]:
+    """Of what loading and attaching a tc program takes (CAP_BPF, or CAP_SYS_ADMIN which covers it;
+    CAP_NET_ADMIN), the capabilities this process lacks."""
+    eff = next(int(line.split()[1], 16) for line in status.read_text().splitlines() if line.startswith("CapEff:"))
+    missing = [] if eff >> CAP_BPF & 1 or eff >> CAP_SYS_ADMIN & 1 else ["CAP_BPF"]
+    return missing + ([] if eff >> CAP_NET_ADMIN & 1 else ["CAP_NET_ADMIN"])
+
+
 class Datapath:
     """Per-flow counters and DSCP marking on one interface's egress."""
 
@@ -198,7 +209,10 @@ class Datapath:
             self._map_fds()
         except Exception as exc:
             self._release_bpf()
-            raise DatapathError(f"loading {SOURCE.name} failed: {exc}") from exc
+            lacking = missing_capabilities()
+            hint = (f" (this process lacks {' and '.join(lacking)}: run it as root, or with the capabilities "
+                    "deploy/systemd/leveller-agent.service grants)") if lacking else ""
+            raise DatapathError(f"loading {SOURCE.name} failed: {exc}{hint}") from exc
         return fn
 
     def _release_bpf(self) -> None:

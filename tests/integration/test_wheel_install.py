@@ -1,42 +1,64 @@
-"""The wheel works where it is installed: built from a copy of the source tree, installed into a fresh
-venv outside the checkout, it carries the eBPF sources as package data (leveller/_bpf, found by
-leveller.agent.bpfsource), `leveller sdn --help` runs from it, and (root) its agent's BPF program
-compiles and marks crafted packets (`leveller bench fuzz-marker`, BPF_PROG_TEST_RUN)."""
+"""The package works where it is installed. From a copy of the source tree an sdist is built, and from
+that sdist a wheel (as pip does with a release): the sdist carries the eBPF sources and the RDMA
+shim's, and the shim builds from it (`make -C shim`, shim/README.md); the wheel holds the top-level
+packages `leveller` and `sdn` and nothing else (design card: sdn/ is a top-level directory of the
+repo), and the eBPF sources as package data (leveller/_bpf, found by leveller.agent.bpfsource).
+Installed into a fresh venv outside the checkout, `leveller sdn --help` runs from it and (root) its
+agent, with its controller, loads the BPF program and marks a job's flow on a veth pair: the DSCP is
+seen on the wire."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from .support import Proc, free_port, wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+TOP_LEVEL = {"leveller", "sdn"}  # the design card's sdn/ stays a top-level package (the lead's decision)
+
+
+@dataclass(frozen=True)
+class Built:
+    sdist: Path
+    wheel: Path
+    venv: Path
+
+
+def tracked(*paths: str) -> list[str]:
+    """The checkout's files (tracked, or new and not ignored) under ``paths``."""
+    return subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *paths], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel installed (no deps: the project venv's site-packages is appended to
-    its path by a .pth file; the editable install there is not, its finder's .pth is not read)."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """sdist from a copy of the tree, the wheel built from that sdist, and a fresh venv with the wheel
+    installed (no deps: the project venv's site-packages is appended to its path by a .pth file; the
+    editable install there is not, its finder's .pth is not read)."""
     tmp = tmp_path_factory.mktemp("wheel")
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
     src = tmp / "src"
-    for f in files:
+    for f in tracked():
         if (ROOT / f).is_file():
             (src / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, src / f)
     dist = tmp / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-build-isolation", "--no-deps", "-q",
+    name = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                           "print(b.build_sdist(sys.argv[1]))", str(dist)], cwd=src, capture_output=True,
+                          text=True, check=True, timeout=300).stdout.split()[-1]
+    sdist = dist / name
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(sdist), "--no-build-isolation", "--no-deps", "-q",
                     "-w", str(dist)], check=True, cwd=tmp, timeout=300)
     wheel = next(dist.glob("leveller-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "leveller/_bpf/flow_marker.c" in names and "leveller/_bpf/flow_marker.h" in names
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     vsite = next((venv / "lib").glob("python*/site-packages"))
@@ -45,7 +67,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (vsite / "zz-deps.pth").write_text("\n".join([str(SITE), *bcc]) + "\n")
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
                    check=True, timeout=300)
-    return venv
+    return Built(sdist, wheel, venv)
 
 
 def run(venv: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -53,23 +75,67 @@ def run(venv: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedPro
     return subprocess.run(argv, cwd=venv, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_installed_agent_finds_its_bpf_source_in_the_package(installed: Path) -> None:
-    out = run(installed, str(installed / "bin" / "python"), "-c",
+def test_the_sdist_carries_the_bpf_and_shim_sources_and_the_shim_builds_from_it(built: Built,
+                                                                                 tmp_path: Path) -> None:
+    with tarfile.open(built.sdist) as tar:
+        root = tar.getnames()[0].split("/")[0]
+        names = {n.removeprefix(root + "/") for n in tar.getnames()}
+        assert {"bpf/flow_marker.c", "bpf/flow_marker.h"} <= names
+        shim = set(tracked("shim"))
+        assert "shim/Makefile" in shim and "shim/README.md" in shim and shim <= names, sorted(shim - names)
+        tar.extractall(tmp_path, filter="data")
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build the shim (scripts/setup-system.sh installs it)")
+    out = subprocess.run(["make", "-s", "-C", str(tmp_path / root / "shim")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lib = tmp_path / root / "shim" / "build" / "libleveller_shim.so"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {"ibv_create_qp", "ibv_modify_qp", "dlsym"} <= set(symbols)  # the interposed entry points
+
+
+def test_the_wheel_holds_only_the_leveller_and_sdn_packages_and_the_bpf_sources(built: Built) -> None:
+    with zipfile.ZipFile(built.wheel) as whl:
+        names = whl.namelist()
+        info = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+        assert len(info) == 1
+        top = {n.split("/")[0] for n in names} - info
+        assert top == TOP_LEVEL, sorted(top)  # no tests, bench, scripts, bpf, shim, stray modules
+        assert set(whl.read(f"{info.pop()}/top_level.txt").decode().split()) == TOP_LEVEL
+    assert "leveller/_bpf/flow_marker.c" in names and "leveller/_bpf/flow_marker.h" in names
+
+
+def test_the_installed_agent_finds_its_bpf_source_in_the_package(built: Built) -> None:
+    out = run(built.venv, str(built.venv / "bin" / "python"), "-c",
               "import leveller.agent.datapath as d; print(d.SOURCE); print(d.SOURCE.read_text()[:100])")
     assert out.returncode == 0, out.stderr
     source = Path(out.stdout.splitlines()[0])
-    assert source.is_relative_to(installed) and source.parts[-2:] == ("_bpf", "flow_marker.c")
+    assert source.is_relative_to(built.venv) and source.parts[-2:] == ("_bpf", "flow_marker.c")
 
 
-def test_leveller_sdn_help_runs_from_the_wheel(installed: Path) -> None:
-    out = run(installed, str(installed / "bin" / "leveller"), "sdn", "--help")
+def test_leveller_sdn_help_runs_from_the_wheel(built: Built) -> None:
+    out = run(built.venv, str(built.venv / "bin" / "leveller"), "sdn", "--help")
     assert out.returncode == 0 and "--of-port" in out.stdout, out.stderr
 
 
 @pytest.mark.privileged
-def test_the_installed_bpf_program_marks_packets(installed: Path) -> None:
-    out = run(installed, str(installed / "bin" / "leveller"), "bench", "fuzz-marker", "--packets", "200",
-              "--seed", "3", "--json", timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["packets"] == 200 and result["violations"] == 0, result
+def test_the_installed_agent_marks_a_jobs_flow_on_a_veth_pair(built: Built, tmp_path: Path) -> None:
+    from leveller.agent.datapath import attached_filters, has_clsact
+
+    from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, job_on_the_wire
+
+    leveller = str(built.venv / "bin" / "leveller")
+    port = free_port()
+    with job_on_the_wire(tmp_path, "lvw") as (pair, wire, log):
+        with Proc(tmp_path / "controller.out", [leveller, "controller", "--listen", f"127.0.0.1:{port}",
+                                                "--tau", "0.3", "--lease", "1.5"], env=ENV) as ctl, \
+                Proc(tmp_path / "agent.out", [leveller, "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha",
+                                              "--log", str(log), "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}",
+                                              "--ideal-time", "live=0.2", "--dev", pair.if_a, "--netns", pair.ns_a,
+                                              "--interval", "0.2"], env=ENV) as ag:
+            wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
+                       lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
+                       f"controller: {ctl.output()}")
+            assert ag.interrupt() == 0, ag.output()
+        assert attached_filters(pair.if_a, pair.ns_a) == [] and not has_clsact(pair.if_a, pair.ns_a)
