@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the full parser; commands whose module is not present yet are left out."""
+    """Build the full parser (ImportError when a command's module is missing)."""
     parser = argparse.ArgumentParser(
         prog="leveller",
         description="LEVELLER: strict switch priority to the training job with the lowest "

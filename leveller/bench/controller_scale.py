@@ -84,14 +84,14 @@ def decide_figures(flows: int, seed: int = 1, runs: int = 7) -> dict[str, Any]:
 
 def _decide_with(workload: Any, now: float, pruner: Any, runs: int) -> dict[str, Any]:
     """decide_figures' measurement, its controller pruning through ``pruner`` (a PruneWorker)."""
+    from leveller.controller.app import ControllerConfig, build_controller
     from leveller.controller.paths import TopologyPaths
-    from leveller.controller.service import Controller
-    from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map
 
     flows = len(workload.flows)
-    ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller"), default_level_map(LEVELS_K),
-                     tau_s=1.0, stale_after_s=3600.0, pruner=pruner)
+    # the controller `leveller controller` builds (leveller.controller.app), reports kept for the whole run
+    ctl = build_controller(ControllerConfig(tau=1.0, levels=LEVELS_K, stale_after=3600.0),
+                           TopologyPaths(workload.topology), default_level_map(LEVELS_K), pruner=pruner)
     for report in _reports(workload, now, workload.by_host()):
         ctl.report(report, now)
     t0 = time.perf_counter()
@@ -315,23 +315,19 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
                    progress: Progress | None = None) -> AgentsResult:
     """Run the agents scenario (see the module doc); everything it starts ends with it."""
     from leveller.bench.workload import generate
-    from leveller.controller.gcpacing import GcPacer
+    from leveller.controller.app import ControllerConfig, start
     from leveller.controller.paths import TopologyPaths
-    from leveller.controller.prune_worker import PruneWorker
-    from leveller.controller.service import Controller
-    from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map
-    from leveller.rpc.transport import serve
 
     say = progress or (lambda _msg: None)
     _raise_fd_limit(2 * count + 256)
     say("generating the cluster")
     workload = generate(count * flows_per_agent, seed)
-    pacer = GcPacer().install()  # as `leveller controller` does in its process
-    pruner = PruneWorker()
-    ctl = Controller(TopologyPaths(workload.topology), make_policy("leveller", tau=tau_s),
-                     default_level_map(LEVELS_K), tau_s=tau_s, gc_pacer=pacer, pruner=pruner)
-    server, port = serve(ctl, "127.0.0.1:0", SECRET)
+    # the controller as `leveller controller` builds and serves it (GC pacing, pruning worker included), on
+    # the generated cluster's paths; this loop steps it on its own ticks (_step_loop)
+    app = start(ControllerConfig(listen="127.0.0.1:0", levels=LEVELS_K, tau=tau_s),
+                paths=TopologyPaths(workload.topology), secret=SECRET, level_map=default_level_map(LEVELS_K))
+    ctl, port = app.controller, app.port
     ctx = _spawn()
     procs: list[tuple[Any, Any]] = []
     stop = threading.Event()
@@ -388,9 +384,7 @@ def agents_figures(count: int = 1000, flows_per_agent: int = 100, tau_s: float =
         stop.set()
         for proc, _ in procs:
             _reap(proc)
-        server.stop(grace=None)
-        pacer.uninstall()
-        pruner.close()
+        app.close()
     stolen = steal[1] - steal[0] if len(steal) == 2 and steal[0] is not None and steal[1] is not None else None
     incomplete = sorted(h for o in outs for h in o["incomplete"])
     errors = [o["first_error"] for o in outs if o["first_error"]]
@@ -525,3 +519,25 @@ def map_update_ms(entries: int = MAP_ENTRIES, runs: int = 21) -> float:
     finally:
         dp.detach()
     return round(statistics.median(times), 3)
+
+
+def all_figures(flow_counts: list[int], agents: int, flows_per_agent: int, tau_s: float, duration_s: float,
+                processes: int, seed: int, warmup_s: float | None, say: Progress) -> dict[str, Any]:
+    """Every figure of `leveller bench controller`: one decision per flow count (each in a fresh process),
+    the BPF map update, and the agents scenario; its JSON's "levels", "agents", "map_update_ms" and the
+    "detail" its tables show."""
+    levels, detail = {}, {}
+    for n in flow_counts:
+        say(f"levels: one decision over {n} flows (fresh process)")
+        fig = decide_in_fresh_process(n, seed)
+        detail[str(n)] = fig
+        levels[str(n)] = {k: fig[k] for k in ("decide_ms", "rss_mb", "jobs")}
+    say("map update: 10,000 DSCP changes into the BPF map (compiling the program)")
+    map_ms = map_update_ms(MAP_ENTRIES)
+    result = agents_figures(agents, flows_per_agent, tau_s, duration_s, processes, seed, warmup_s, say)
+    return {"levels": levels, "agents": result.to_json(), "map_update_ms": {str(MAP_ENTRIES): map_ms},
+            "detail": {"levels": detail, "report_errors": result.report_errors, "reports": len(result.report_ms),
+                       "warmup_steps_ms": [round(x, 1) for x in result.warmup_steps_ms],
+                       "controller_cpu": result.controller_cpu, "agents_cpu_s": result.agents_cpu_s,
+                       "steal_s": result.steal_s, "emulation_nice": result.emulation_nice,
+                       "window_s": result.window_s}}

@@ -120,3 +120,11 @@ def levels_input(workload: Workload) -> dict[str, Any]:
         links = router.links(key) or ("?unknown-path",)  # never: both ends are NICs of the topology
         flows[key.label()] = {"job": job, "links": list(links)}
     return {"jobs": {job: {"rate": rate} for job, rate in workload.rates.items()}, "flows": flows}
+
+
+def write_levels_input(path: str, flows: int, seed: int) -> None:
+    """Write the generated cluster of ``flows`` flows as a `leveller levels --input` FILE (OSError as is)."""
+    import json
+
+    with open(path, "w") as f:
+        json.dump(levels_input(generate(flows, seed)), f)

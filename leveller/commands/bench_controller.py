@@ -89,6 +89,12 @@ def handle(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from rich.console import Console
 
+    from leveller.bench.controller_scale import all_figures
+
+    def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
+        return all_figures(args.flows, args.agents, args.flows_per_agent, args.tau, args.duration, args.processes,
+                           args.seed, args.warmup, say)
+
     if args.json:
         res = _run(args, lambda _msg: None)
         print(json.dumps({k: res[k] for k in ("levels", "agents", "map_update_ms")}))
@@ -98,34 +104,11 @@ def handle(args: argparse.Namespace) -> int:
     _print(res)
     return 0
 
-
-def _run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
-    from leveller.bench import controller_scale as cs
-
-    levels, detail = {}, {}
-    for n in args.flows:
-        say(f"levels: one decision over {n} flows (fresh process)")
-        fig = cs.decide_in_fresh_process(n, args.seed)
-        detail[str(n)] = fig
-        levels[str(n)] = {k: fig[k] for k in ("decide_ms", "rss_mb", "jobs")}
-    say("map update: 10,000 DSCP changes into the BPF map (compiling the program)")
-    map_ms = cs.map_update_ms(cs.MAP_ENTRIES)
-    agents = cs.agents_figures(args.agents, args.flows_per_agent, args.tau, args.duration, args.processes,
-                               args.seed, args.warmup, say)
-    return {"levels": levels, "agents": agents.to_json(), "map_update_ms": {str(cs.MAP_ENTRIES): map_ms},
-            "detail": {"levels": detail, "report_errors": agents.report_errors, "reports": len(agents.report_ms),
-                       "warmup_steps_ms": [round(x, 1) for x in agents.warmup_steps_ms],
-                       "controller_cpu": agents.controller_cpu, "agents_cpu_s": agents.agents_cpu_s,
-                       "steal_s": agents.steal_s, "emulation_nice": agents.emulation_nice,
-                       "window_s": agents.window_s}}
-
-
 def _write_levels(path: str, flows: int, seed: int) -> int:
-    from leveller.bench.workload import generate, levels_input
+    from leveller.bench.workload import write_levels_input
 
     try:
-        with open(path, "w") as f:
-            json.dump(levels_input(generate(flows, seed)), f)
+        write_levels_input(path, flows, seed)
     except OSError as exc:
         raise UserError(f"--write-levels {path}: cannot write ({exc.strerror})") from None
     print(f"wrote {flows} flows of the generated 1,024-GPU cluster to {path}", file=sys.stderr)

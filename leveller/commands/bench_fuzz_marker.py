@@ -57,21 +57,13 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--seed={args.seed}: allowed is an integer >= 0")
     if os.geteuid() != 0:
         raise UserError("bench fuzz-marker needs root (it loads a BPF program)")
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from leveller.bench.fuzz_marker import run_fuzz
+    from leveller.commands.progress import Bar
 
-    err = Console(stderr=True)
-    if err.is_terminal:
-        with Progress(TextColumn("fuzzing the marker"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[violations]} violations"), TimeRemainingColumn(),
-                      console=err, transient=True) as bar:
-            task = bar.add_task("fuzz", total=args.packets, violations=0)
-            result = run_fuzz(args.packets, args.seed,
-                              lambda done, bad: bar.update(task, completed=done, violations=bad))
-    else:
-        result = run_fuzz(args.packets, args.seed)
+    with Bar(["fuzzing the marker", "bar", "count", "{task.fields[violations]} violations", "remaining"],
+             args.packets, "fuzz", violations=0) as bar:
+        result = run_fuzz(args.packets, args.seed, (lambda done, bad: bar.update(completed=done, violations=bad))
+                          if bar.shown else None)
     doc = result.to_json()
     if args.json:
         print(json.dumps(doc))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from leveller.demo.model_run import EXAMPLES, simulate
-from leveller.demo.scenario import PAPER, SHAPES
+from leveller.demo.scenario import PAPER
 from leveller.errors import UserError
 from leveller.model.limits import PAPER_POLICIES as POLICIES
 
@@ -47,26 +47,12 @@ def run_model_only(args: argparse.Namespace) -> int:
         print(json.dumps(doc))
         return 0
     from rich.console import Console
-    from rich.table import Table
+
+    from leveller.demo.report import model_output
 
     console = Console()
-    for example, runs in results.items():
-        preset = EXAMPLES[example][0]
-        table = Table(title=f"{example} ({preset}): R per job, simulated vs paper model")
-        table.add_column("policy")
-        n = len(next(iter(runs.values())).rates)
-        for i in range(n):
-            table.add_column(f"job {i + 1}", justify="right")
-        table.add_column("min", justify="right")
-        table.add_column("avg", justify="right")
-        for key, res in runs.items():
-            paper = PAPER[example][key.split("-")[0]]  # leveller-tau4: the paper's leveller numbers
-            cells = [f"{float(r):.3f} ({'-' if p is None else f'{p:g}'})" for r, p in zip(res.rates, paper)]
-            table.add_row(key, *cells, f"{float(res.min):.3f}", f"{float(res.avg):.3f}")
-        console.print(table)
-    console.print("cells: simulated R (paper model); crux starves Job 2 of the trio")
-    for path in pictures:
-        console.print(f"timeline: {path}")
+    for renderable in model_output(results, pictures):
+        console.print(renderable)
     return 0
 
 
@@ -116,64 +102,32 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,
                        name: str) -> tuple[list[Any], dict[str, float]]:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from leveller.commands.progress import Bar
+    from leveller.demo.orchestrate import run_demo, total_seconds
 
-    from leveller.demo.orchestrate import run_demo
-    from leveller.demo.scenario import plan
-
-    shapes = {j.shape for ex in examples for j in plan(ex)}
-    total = len(shapes) * settings.alone_s + len(examples) * len(policies) * settings.seconds
-    console = Console(stderr=True)
-    done: dict[str, float] = {}
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
-        task = bar.add_task("setting up the cluster", total=total)
-
+    with Bar(["{task.description:<28}", "bar", "elapsed", "remaining"], total_seconds(examples, policies, settings),
+             "setting up the cluster", transient=False, show=True) as bar:
         def step(what: str, fraction: float) -> None:
-            weight = settings.alone_s if what.startswith("profiling") else settings.seconds
-            done[what] = fraction * weight
-            bar.update(task, completed=sum(done.values()), description=what)
+            bar.part(what, fraction, settings.alone_s if what.startswith("profiling") else settings.seconds)
+            bar.update(description=what)  # not cut
 
         def note(message: str) -> None:
-            if not done:
-                bar.update(task, description=message[:28])
+            if not bar.parts:
+                bar.note(message)
             elif " R = " in message:
-                console.print(message)
+                bar.print(message)
 
         return run_demo(examples, policies, settings, plots, name=name, step=step, note=note)
 
 
 def _print_tables(doc: dict[str, Any], out: Path) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    from leveller.demo.results import acceptance, table_rows
+    from leveller.demo.report import live_output
 
     console = Console()
-    for example in ("pair", "trio"):
-        rows = table_rows(example, doc)
-        if not rows:
-            continue
-        shapes = ", ".join(f"{c}:{m}" for c, m in SHAPES[example])
-        table = Table(title=f"{example} (C:M = {shapes}): R per job measured on the testbed")
-        table.add_column("policy")
-        for i in range(len(rows[0]) - 3):
-            table.add_column(f"job {i + 1}", justify="right")
-        table.add_column("min", justify="right")
-        table.add_column("avg", justify="right")
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-    console.print("cells: measured R (fluid model; paper). Ideal times profiled alone on the testbed: "
-                  + ", ".join(f"{k} {v:.3f} s" for k, v in doc["settings"]["ideal_s_by_shape"].items()))
-    for name, ok, detail in acceptance(doc):
-        mark = "-" if ok is None else ("[green]pass[/]" if ok else "[red]FAIL[/]")
-        console.print(f"  {mark} {name}: {detail}")
-    for r in doc["runs"]:
-        if r["timeline"]:
-            console.print(f"timeline: {r['timeline']}")
-    console.print(f"results: {out / 'results.json'}")
+    for renderable in live_output(doc, out):
+        console.print(renderable)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -40,21 +40,27 @@ def live_progress(width: int = 34, log_notes: bool = False) -> Iterator[tuple[Ca
     """For a live experiment: SIGTERM / Ctrl-C unwind its context managers (everything is torn down), and
     a progress bar on a terminal (stderr). Yields (progress(fraction done), note(what runs now)); with
     ``log_notes`` every note is also logged above the bar."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+    from leveller.commands.progress import Bar
     from leveller.demo.interrupts import unwind_on_signals
 
-    console = Console(stderr=True, log_path=False)
-    with unwind_on_signals():
-        with Progress(TextColumn(f"{{task.description:<{width}}}"), BarColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=console, transient=True,
-                      disable=not console.is_terminal) as bar:
-            task = bar.add_task("setting up the cluster", total=1.0)
+    with unwind_on_signals(), Bar([f"{{task.description:<{width}}}", "bar", "elapsed", "remaining"],
+                                  description="setting up the cluster", log_path=False) as bar:
+        def note(message: str) -> None:
+            bar.note(message)
+            if log_notes:
+                bar.log(message)
 
-            def note(message: str) -> None:
-                bar.update(task, description=message[:width])
-                if log_notes and console.is_terminal:
-                    bar.console.log(message)
+        yield (lambda f: bar.update(completed=f)), note
 
-            yield (lambda f: bar.update(task, completed=f)), note
+
+def add_live_options(parser: argparse.ArgumentParser, name: str, out_help: str, plot_help: str,
+                     json_help: str = "print one JSON object (and nothing else) on stdout",
+                     between: Callable[[], None] | None = None) -> None:
+    """--out DIR (default out/NAME), --no-plot, --name (the testbed's), [what ``between`` adds], --json:
+    the options every live experiment shares."""
+    parser.add_argument("--out", default=f"out/{name}", metavar="DIR", help=out_help)
+    parser.add_argument("--no-plot", dest="plot", action="store_false", help=plot_help)
+    parser.add_argument("--name", default=name, help=f"testbed name, namespaces lvtb-NAME-* (default {name})")
+    if between is not None:
+        between()
+    parser.add_argument("--json", action="store_true", help=json_help)

@@ -31,14 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-from pathlib import Path
 from typing import Any
 
-from leveller.errors import UserError
-
-WHERE = ("network", "link", "testbed")
+WHERE = ("network", "link", "testbed")  # also leveller.demo.recovery.WHERE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -71,107 +66,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _check(args: argparse.Namespace) -> None:
-    testbed = args.where == "testbed"
-    args.at = args.at if args.at is not None else (40.0 if testbed else 60.0)
-    args.run = args.run if args.run is not None else (240.0 if testbed else 300.0)
-    for option, value, lo, hi in (("--for", args.seconds, 1, 3600), ("--rate-window", args.rate_window, 1, 3600),
-                                  ("--rate-half-life", args.rate_half_life, 0.5, 3600),
-                                  ("--measure", args.measure, 1, 600), ("--hold", args.hold, 0.5, 600),
-                                  ("--band", args.band, 0.001, 0.5), ("--warmup", args.warmup, 0, 3600)):
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise UserError(f"{option} {value:g}: allowed is {lo:g}..{hi:g}")
-    if not args.warmup + args.measure <= args.at:
-        raise UserError(f"--at {args.at:g}: must leave --warmup ({args.warmup:g}) + --measure ({args.measure:g}) "
-                        "seconds of steady run before the disturbance")
-    if not args.at + args.seconds + args.hold + 30 <= args.run <= (600 if testbed else 86400):
-        raise UserError(f"--run {args.run:g}: must be at least --at + --for + --hold + 30 s "
-                        f"({args.at + args.seconds + args.hold + 30:g})" + (" and at most 600 on the testbed"
-                                                                              if testbed else ""))
-    if testbed and os.geteuid() != 0:
-        raise UserError("--where testbed needs root (network namespaces, Open vSwitch, eBPF)")
-
-
 def run(args: argparse.Namespace) -> int:
-    from fractions import Fraction
+    from leveller.commands.progress import Bar
+    from leveller.demo.recovery import check_options, run_experiment
 
-    from leveller.bench.recovery import Disturbance, RateMode, SimSetup, network_recovery, simulate_recovery
-
-    _check(args)
-    modes = [RateMode(), RateMode(window_s=args.rate_window), RateMode(half_life_s=args.rate_half_life)]
-    kw = dict(measure_s=args.measure, hold_s=args.hold, band=args.band)
-    out: dict[str, Any] = {"where": args.where, "disturbance": {"job": args.starve, "at_s": args.at,
-                                                                "seconds": args.seconds}, "run_s": args.run}
-    if args.where == "testbed":
-        from leveller.demo.recovery import LiveRecoverySetup, live_recovery, summary
-
-        if args.starve != "1":
-            raise UserError("--starve: on the testbed the unmanaged flow leaves job 1's host (h1)")
-        setup = LiveRecoverySetup(at_s=args.at, seconds=args.seconds, run_s=args.run, warmup_s=args.warmup,
-                                  measure_s=args.measure, hold_s=args.hold, band=args.band)
-        with _progress(args.json) as (note, step):
-            runs, ideal = live_recovery(modes, setup, name=args.name, note=note, step=step,
-                                        keep=Path(args.out) if args.out else None)
-        out["ideal_s"] = ideal
-        out["modes"] = summary(runs)
-        figures = [r.figures for r in runs]
-    else:
-        d = Disturbance(args.starve, args.at, args.seconds)
-        if args.where == "link":
-            half = Fraction(1, 4)
-            figures = simulate_recovery(SimSetup(((half, half), (half, 2 * half)), d, args.run, args.warmup),
-                                        modes, **kw)
-        else:
-            figures = network_recovery(modes, d, args.run, args.warmup, **kw)
-        out["modes"] = [f.to_dict() for f in figures]
-    if args.out:
-        from leveller.bench.recovery import plot_recovery
-
-        outdir = Path(args.out)
-        outdir.mkdir(parents=True, exist_ok=True)
-        (outdir / "recovery.json").write_text(json.dumps(out, indent=1))
-        dist = out["disturbance"]
-        plot_recovery(outdir / "recovery.png", figures, args.measure,
-                      f"{args.where}: job {dist['job']} starved {dist['seconds']:g} s from {dist['at_s']:g} s")
-        out["plot"] = str(outdir / "recovery.png")
+    check_options(args)
+    with Bar(["{task.description:>20}", "bar", "elapsed"], description="starting",
+             show=None if args.where == "testbed" and not args.json else False) as bar:
+        out = run_experiment(args, note=bar.print if bar.shown else (lambda _: None),
+                             step=lambda what, done: bar.update(description=what, completed=done))
     if args.json:
         print(json.dumps(out))
         return 0
     _table(out)
     return 0
-
-
-class _progress:
-    """Notes and a per-step bar on a terminal (stderr); silent otherwise or with --json."""
-
-    def __init__(self, quiet: bool) -> None:
-        import sys
-
-        self.enabled = not quiet and sys.stderr.isatty()
-        self.progress: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> tuple[Any, Any]:
-        from rich.console import Console
-
-        console = Console(stderr=True)
-        if not self.enabled:
-            return (lambda _: None), (lambda _a, _b: None)
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn("{task.description:>20}"), BarColumn(), TimeElapsedColumn(),
-                                 console=console, transient=True)
-        self.progress.start()
-        self.task = self.progress.add_task("starting", total=1.0)
-
-        def step(what: str, done: float) -> None:
-            self.progress.update(self.task, description=what, completed=done)
-
-        return (lambda text: self.progress.console.print(text)), step
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def _table(out: dict[str, Any]) -> None:

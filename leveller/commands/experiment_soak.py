@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,11 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds the jobs run, and the services are sampled (default 600)")
     parser.add_argument("--interval", type=float, default=5.0, metavar="S",
                         help="seconds between two samples of every service (default 5)")
-    parser.add_argument("--out", default="out/soak", metavar="DIR",
-                        help="directory for soak.json and soak.png (default out/soak)")
-    parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip soak.png")
-    parser.add_argument("--name", default="soak", help="testbed name, namespaces lvtb-NAME-* (default soak)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (and nothing else) on stdout")
+    from leveller.commands.experiment import add_live_options
+
+    add_live_options(parser, "soak", "directory for soak.json and soak.png (default out/soak)", "skip soak.png")
     parser.set_defaults(func=handle)
 
 
@@ -54,11 +51,9 @@ def _check(args: argparse.Namespace) -> None:
     if not 0.5 <= args.interval <= args.duration / 8:
         raise UserError(f"--interval={args.interval:g}: allowed is 0.5 s up to --duration / 8 "
                         f"({args.duration / 8:g} s), so that both windows hold samples")
-    from leveller.testbed.state import check_name
+    from leveller.demo.options import check_live
 
-    check_name(args.name)
-    if os.geteuid() != 0:
-        raise UserError("experiment soak needs root (namespaces, OVS, eBPF)")
+    check_live(args, "experiment soak")
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -24,101 +24,15 @@ examples:
 from __future__ import annotations
 
 import argparse
-import bisect
 import gc
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
 
+from leveller.core.levels_input import MAX_FLOWS, parse_input
 from leveller.errors import UserError
 
-MAX_FLOWS = 1_000_000  # more is refused before any work (the decision would outgrow a tau)
 MAX_FILE_BYTES = 256 << 20
 MAX_TABLE_ROWS = 200
-
-
-@dataclass
-class LevelsInput:
-    """FILE as arrays: flow i is ``names[i]`` of job ``jobs[job[i]]``, crossing the links listed in the
-    incidence (``inc_flow[e]`` crosses link ``inc_link[e]``, ``link_names`` by id)."""
-
-    jobs: list[Any]  # JobView, in file order
-    names: list[str]
-    job: list[int]
-    inc_flow: list[int]
-    inc_link: list[int]
-    link_names: list[str]
-
-    def links_of(self, i: int) -> list[str]:
-        """Links of flow i (the incidence is in flow order)."""
-        lo, hi = bisect.bisect_left(self.inc_flow, i), bisect.bisect_right(self.inc_flow, i)
-        return [self.link_names[lk] for lk in self.inc_link[lo:hi]]
-
-
-def parse_input(data: Any) -> LevelsInput:
-    """Validate the FILE structure (errors name the field) and intern it into integer ids."""
-    from leveller.core.policies import JobView
-
-    if not isinstance(data, dict):
-        raise UserError(f"top level must be an object with keys 'jobs' and 'flows', got {type(data).__name__}")
-    jobs_in, flows_in = data.get("jobs"), data.get("flows")
-    if not isinstance(jobs_in, dict) or not jobs_in:
-        raise UserError("'jobs' must be a non-empty object {\"<job>\": {\"rate\": R}}")
-    if not isinstance(flows_in, dict):
-        raise UserError("'flows' must be an object {\"<flow>\": {\"job\": \"<job>\", \"links\": [...]}}")
-    if len(flows_in) > MAX_FLOWS:
-        raise UserError(f"'flows' has {len(flows_in)} flows; at most {MAX_FLOWS} are decided in one run")
-    jobs = []
-    for name, spec in jobs_in.items():
-        rate = spec.get("rate") if isinstance(spec, dict) else None
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
-            raise UserError(f"jobs.{name}.rate must be a number >= 0 (progress rate R), got {rate!r}")
-        jobs.append(JobView(name=name, rate=rate))
-    job_index = {name: i for i, name in enumerate(jobs_in)}
-    link_ids: dict[str, int] = {}
-    names, job, inc_flow, inc_link = list(flows_in), [], [], []
-    for i, spec in enumerate(flows_in.values()):
-        # one pass, no object per flow: at 100,000 flows every microsecond here is 0.1 s
-        j = job_index.get(spec.get("job")) if type(spec) is dict and type(spec.get("job")) is str else None
-        links = spec.get("links") if type(spec) is dict else None
-        if j is None or type(links) is not list or not links:
-            _flow_error(names[i], spec, jobs_in)
-        job.append(j)
-        for link in links:
-            if type(link) is not str or not link:
-                _flow_error(names[i], spec, jobs_in)
-            inc_flow.append(i)
-            inc_link.append(link_ids.setdefault(link, len(link_ids)))
-    return LevelsInput(jobs, names, job, inc_flow, inc_link, list(link_ids))
-
-
-def _flow_error(name: str, spec: Any, jobs_in: dict[str, Any]) -> NoReturn:
-    """Raise the UserError that names what is wrong with flows.<name>."""
-    if not isinstance(spec, dict):
-        raise UserError(f"flows.{name} must be an object with 'job' and 'links', got {spec!r}")
-    job = spec.get("job")
-    if not isinstance(job, str) or job not in jobs_in:
-        known = ", ".join(list(jobs_in)[:20]) + (", ..." if len(jobs_in) > 20 else "")
-        raise UserError(f"flows.{name}.job: {job!r} is not a job in 'jobs' (known: {known})")
-    raise UserError(f"flows.{name}.links must be a non-empty list of link names (strings), got {spec.get('links')!r}")
-
-
-def decide_levels(inp: LevelsInput, k: int) -> list[int]:
-    """Level of every flow (in input order): the leveller order by R, then K-level pruning."""
-    import numpy as np
-
-    from leveller.core.levels import prune
-    from leveller.core.policies import LevellerPolicy
-
-    order = LevellerPolicy().order(inp.jobs)
-    rank_of = {name: r for r, name in enumerate(order)}
-    rank_by_job = np.array([rank_of[j.name] for j in inp.jobs], dtype=np.int64)
-    rank = rank_by_job[np.asarray(inp.job, dtype=np.int64)]
-    levels = prune(rank, np.asarray(inp.inc_flow, dtype=np.int64), np.asarray(inp.inc_link, dtype=np.int64),
-                   len(inp.link_names), k)
-    return levels.tolist()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,8 +65,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--input {args.input}: malformed JSON at line {exc.lineno} column {exc.colno}: "
                         f"{exc.msg}") from None
     del text
-    inp = parse_input(data)
+    inp = parse_input(data, MAX_FLOWS)
     del data
+    from leveller.core.levels import decide_levels
+
     levels = decide_levels(inp, args.levels)
     if args.json:
         print(json.dumps({"levels": dict(zip(inp.names, levels))}))

@@ -33,137 +33,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from leveller.core.rate import Number
 from leveller.errors import UserError
 from leveller.model.limits import PAPER_POLICIES as POLICIES  # the link simulator runs the paper's three
-
-PRESET_NAMES = ("fig3", "fig1-trio")
-DEFAULT_MAX_EVENTS = 1_000_000
-
-
-def parse_job(text: str) -> Any:
-    """Parse C:M[:G] into a LinkJob (leveller.model.shape's rule); UserError naming the part."""
-    from leveller.model.shape import parse_shape_text
-    from leveller.sim.link import LinkJob
-
-    shape = parse_shape_text(text, "--job", slack=False)
-    return LinkJob(shape.compute, shape.comm, shape.gpus)
-
-
-def parse_tau(text: str) -> Fraction:
-    try:
-        tau = Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise UserError(f"--tau must be a number >= 0 (0 = re-rank at every iteration end), got {text!r}") from None
-    if tau < 0:
-        raise UserError(f"--tau must be a number >= 0 (0 = re-rank at every iteration end), got {text!r}")
-    return tau
-
-
-def parse_starve(text: str, jobs: int) -> Any:
-    """``J:START:LEN`` (job number 1..jobs) into a leveller.sim.link.Starve."""
-    from leveller.sim.link import Starve
-
-    parts = text.split(":")
-    try:
-        job, start, length = int(parts[0]), Fraction(parts[1]), Fraction(parts[2])
-        ok = len(parts) == 3 and 1 <= job <= jobs and start >= 0 and length > 0
-    except (ValueError, IndexError, ZeroDivisionError):
-        ok = False
-    if not ok:
-        raise UserError(f"--starve {text!r}: expected J:START:LEN with job J in 1..{jobs}, START >= 0 and "
-                        "LEN > 0 time units (e.g. --starve 1:60:30)")
-    return Starve(job - 1, start, start + length)
-
-
-def _floor(value: float, levels: int) -> Fraction:
-    """--floor as an exact fraction: 0 <= F and (K - 1) x F < 1, K the levels in use."""
-    if not (math.isfinite(value) and value >= 0 and value * (levels - 1) < 1):
-        raise UserError(f"--floor {value:g}: allowed is 0 <= F with (K - 1) x F < 1 for K = {levels} levels "
-                        "(e.g. --floor 0.05; 0 = the paper's pure strict priority)")
-    return Fraction(value).limit_denominator(10**6)
-
-
-def check_positive(option: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise UserError(f"{option} must be an integer >= 1, got {value}")
-
-
-def result_json(result: Any, tau: Fraction, cycles: int) -> dict:
-    return {
-        "policy": result.policy,
-        "rates": [float(r) for r in result.rates],
-        "min": float(result.min),
-        "avg": float(result.avg),
-        "iterations": list(result.iterations),
-        "jobs": [{"compute": float(j.compute), "comm": float(j.comm), "gpus": j.gpus} for j in result.jobs],
-        "tau": float(tau),
-        "cycles": cycles,
-        "horizon": float(result.horizon),
-        "events": result.events,
-        "top_job_changes": result.top_job_changes,
-    }
-
-
-def check_budget(jobs: list[Any], cycles: int, tau: Number | None, max_events: int,
-                 starvations: int = 0) -> int:
-    """The run's event bound; UserError naming --max-events if it exceeds the budget."""
-    from leveller.sim.link import event_bound
-
-    bound = event_bound(jobs, cycles, tau, starvations)
-    if bound > max_events:
-        shown = f"{bound:,}" if bound < 10**15 else f"about 10^{len(str(bound)) - 1}"
-        raise UserError(f"this run could take up to {shown} events, over the budget --max-events {max_events:,}; "
-                        "lower --cycles, use a longer --tau or less disparate job times, or raise --max-events")
-    return bound
+from leveller.sim.link_options import DEFAULT_MAX_EVENTS, PRESET_NAMES
 
 
 def run_with_progress(simulate: Callable[..., Any], bound: int) -> Any:
-    """Run ``simulate(on_progress=...)`` with a rich progress bar on stderr when it is a terminal."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    """Run ``simulate(on_progress=...)`` with a progress bar on stderr when it is a terminal."""
+    from leveller.commands.progress import Bar
 
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        return simulate(on_progress=None)
-    with Progress(TextColumn("simulating (up to {task.fields[bound]:,} events)"), BarColumn(),
-                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
-        task = progress.add_task("simulate", total=1.0, bound=bound)
-        return simulate(on_progress=lambda done: progress.update(task, completed=done))
+    with Bar(["simulating (up to {task.fields[bound]:,} events)", "bar", "percent", "elapsed"], bound=bound) as bar:
+        return simulate(on_progress=(lambda done: bar.update(completed=done)) if bar.shown else None)
 
 
 def run_link(args: argparse.Namespace) -> int:
     from leveller.core.policies import make_policy
+    from leveller.sim import link_options as lo
     from leveller.sim.link import simulate_link
-    from leveller.sim.presets import PRESETS
 
-    check_positive("--cycles", args.cycles)
-    check_positive("--levels", args.levels)
-    check_positive("--max-events", args.max_events)
-    tau = parse_tau(args.tau)
-    if args.job and args.preset:
-        raise UserError("give either --job (one or more) or --preset, not both")
-    if args.job:
-        jobs = [parse_job(text) for text in args.job]
-    elif args.preset:
-        jobs = list(PRESETS[args.preset])
-    else:
-        raise UserError(f"no jobs: give --job C:M[:G] (repeatable) or --preset {{{','.join(PRESET_NAMES)}}}")
-    from leveller.commands.options import rate_options, switching_rule
+    for option in ("--cycles", "--levels", "--max-events"):
+        lo.check_positive(option, getattr(args, option[2:].replace("-", "_")))
+    tau = lo.parse_tau(args.tau)
+    jobs = lo.jobs_of(args.job, args.preset)
+    from leveller.options import rate_options, switching_rule
 
     window, half_life = rate_options(args)
     switching = switching_rule(args)
-    floor = _floor(args.floor, args.levels or len(jobs))
-    starve = [parse_starve(text, len(jobs)) for text in args.starve]
+    floor = lo.parse_floor(args.floor, args.levels or len(jobs))
+    starve = [lo.parse_starve(text, len(jobs)) for text in args.starve]
     policy = make_policy(args.policy, tau)
-    bound = check_budget(jobs, args.cycles, policy.tau, args.max_events, len(starve))
+    bound = lo.check_budget(jobs, args.cycles, policy.tau, args.max_events, len(starve))
     until = Fraction(args.timeline_until)
     result = run_with_progress(
         lambda on_progress: simulate_link(jobs, policy, cycles=args.cycles, levels=args.levels,
@@ -176,13 +80,7 @@ def run_link(args: argparse.Namespace) -> int:
         title = args.policy + (f", tau={tau}" if args.policy == "leveller" and tau else "")
         plot_timelines([(title, result)], Path(args.timeline), until)
     if args.json:
-        out = result_json(result, tau, args.cycles)
-        out["rate_window"] = None if window is None else float(window)
-        out["rate_half_life"] = None if half_life is None else float(half_life)
-        out["switching"] = {"delta": switching.delta, "dwell": switching.dwell, "floor": float(floor)}
-        if args.timeline:
-            out["timeline"] = str(args.timeline)
-        print(json.dumps(out))
+        print(json.dumps(lo.result_json(result, tau, args.cycles, window, half_life, switching, floor, args.timeline)))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -58,85 +58,14 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.limits import MAX_LEVELS
-from leveller.model.limits import POLICIES as ALL
-
-
-def parse_policies(text: str) -> list[str]:
-    names = list(ALL) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in names if p not in ALL]
-    if bad or not names:
-        raise UserError(f"--policy {text!r}: unknown policy {bad[0] if bad else text!r}; "
-                        f"allowed: {', '.join(ALL)}, a comma list of them, or all")
-    if len(set(names)) != len(names):
-        raise UserError(f"--policy {text!r}: a policy is listed twice")
-    return names
-
-
-def parse_seconds(option: str, text: str | None, allow_zero: bool) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        rule = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{option} = {text!r} is invalid; a number of seconds {rule}")
-    return value
-
-
-def parse_disturb(text: str, net: Any) -> Any:
-    """``LINK:START:SECONDS`` into an engine Disturbance, the link checked against the network."""
-    from leveller.sim.network.engine import Disturbance
-
-    link, _, rest = text.partition(":")
-    start, _, seconds = rest.partition(":")
-    try:
-        d = Disturbance(link, float(start), float(seconds))
-        ok = math.isfinite(d.start) and d.start >= 0 and math.isfinite(d.seconds) and d.seconds > 0
-    except ValueError:
-        ok = False
-    if not ok:
-        raise UserError(f"--disturb {text!r}: expected LINK:START:SECONDS with START >= 0 and SECONDS > 0 "
-                        "(e.g. --disturb h1>s1:60:30)")
-    if link not in net.index:
-        raise UserError(f"--disturb {text!r}: {link!r} is not a directed link of {net.name} "
-                        f"(e.g. {', '.join(net.links[:4])})")
-    return d
-
-
-def prepare(args: argparse.Namespace) -> tuple[Any, list[Any], Any]:
-    """Network, jobs and placer, all validated before any simulation starts."""
-    from leveller.sim.network.jobs import check_paths, load_jobs
-    from leveller.sim.network.topology import load_network
-
-    net = load_network(args.topology)
-    if bool(args.jobs) == bool(args.trace):
-        raise UserError("give exactly one of --jobs FILE or --trace synthetic:KEY=V,... / contended:KEY=V,...")
-    placer = None
-    if args.jobs:
-        jobs = load_jobs(args.jobs, list(net.nics))
-        check_paths(jobs, net)
-    else:
-        from leveller.sim.network.trace import TRACE_KINDS
-
-        if args.trace.partition(":")[0] not in TRACE_KINDS:
-            raise UserError(f"--trace {args.trace!r}: allowed: " + ", ".join(f"{k}:KEY=V,..." for k in TRACE_KINDS)
-                            + " (a trace file: synthetic:arrivals=lingjun|philly|helios,file=PATH)")
-        from leveller.sim.network.trace import synthetic
-
-        spec = args.trace
-        if args.seed is not None:
-            spec = spec + ("," if ":" in spec else ":") + f"seed={args.seed}"
-        jobs, placer = synthetic(spec, net)
-    return net, jobs, placer
+from leveller.sim.network_options import parse_disturb, parse_policies, parse_seconds, prepare
 
 
 def run_network(args: argparse.Namespace) -> int:
+    from leveller.commands.progress import Bar
     from leveller.sim.network.engine import Simulation
     from leveller.sim.network.policies import make_net_policy
 
@@ -150,7 +79,7 @@ def run_network(args: argparse.Namespace) -> int:
     from leveller.core.qos import check_floor
 
     floor = check_floor(args.floor, args.levels, "--floor")
-    from leveller.commands.options import rate_options, switching_rule
+    from leveller.options import rate_options, switching_rule
 
     window, half_life = rate_options(args)
     switching = switching_rule(args)
@@ -164,9 +93,15 @@ def run_network(args: argparse.Namespace) -> int:
     for name in policies:
         policy = make_net_policy(name, tau or 0.0, None if window is None else float(window),
                                  None if half_life is None else float(half_life), switching)
-        with progress_bar(name, duration, enabled=not args.no_progress) as tick:
+        with Bar([f"{name:>8}", "bar", "{task.completed:.0f} / {task.total:.0f} s simulated", "elapsed"],
+                 duration or 1.0, name, show=None if not args.no_progress else False) as bar:
+            def tick(t: float) -> None:
+                if math.isfinite(t):
+                    bar.update(completed=min(t, duration) if duration else 0)
+
             sim = Simulation(net, jobs, policy, args.levels, duration, placer=placer, sample_every=sample,
-                             progress=tick, disturbances=disturbances, floor=floor, congestion=True)
+                             progress=tick if bar.shown else None, disturbances=disturbances, floor=floor,
+                             congestion=True)
             results.append(sim.run())
     if args.plot:
         from leveller.sim.network.plots import plot_all
@@ -176,72 +111,14 @@ def run_network(args: argparse.Namespace) -> int:
         out = [r.summary() for r in results]
         print(json.dumps(out[0] if len(out) == 1 else out))
         return 0
-    print_tables(results, net.note, args)
-    return 0
-
-
-class progress_bar:
-    """A rich progress bar over simulated time on a terminal (stderr); a no-op elsewhere."""
-
-    def __init__(self, name: str, duration: float | None, enabled: bool) -> None:
-        import sys
-
-        self.enabled = enabled and sys.stderr.isatty()
-        self.name = name
-        self.duration = duration
-        self.progress: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(TextColumn(f"{self.name:>8}"), BarColumn(),
-                                 TextColumn("{task.completed:.0f} / {task.total:.0f} s simulated"),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-        self.progress.start()
-        task = self.progress.add_task(self.name, total=self.duration or 1.0)
-
-        def tick(t: float) -> None:
-            if math.isfinite(t):
-                self.progress.update(task, completed=min(t, self.duration) if self.duration else 0)
-
-        return tick
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-def print_tables(results: list[Any], note: str, args: argparse.Namespace) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from leveller.sim.network_report import network_output
 
     console = Console()
-    console.print(f"[dim]{note}[/dim]")
-    table = Table(title=f"{args.topology}, K = {args.levels}" + (f", tau = {args.tau} s" if "leveller" in
-                                                                    args.policy or args.policy == "all" else ""))
-    for col in ("policy", "jobs", "min R", "p10 R", "avg R", "GPU util", "events", "wall s"):
-        table.add_column(col, justify="right")
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}"
-
-    for r in results:
-        s = r.summary()
-        table.add_row(r.policy, str(len(r.rates)), fmt(s["min"]), fmt(s["p10"]), fmt(s["avg"]),
-                      f"{s['gpu_utilization']:.3f}", str(s["events"]), f"{s['wall_seconds']:.1f}")
-    console.print(table)
-    if len(results[0].jobs) <= 20:
-        jobs = Table(title="R per job")
-        jobs.add_column("job")
-        for r in results:
-            jobs.add_column(r.policy, justify="right")
-        for i, j in enumerate(results[0].jobs):
-            jobs.add_row(j.name, *["-" if r.jobs[i].rate is None else f"{r.jobs[i].rate:.3f}" for r in results])
-        console.print(jobs)
-    if args.plot:
-        console.print(f"plots written to {args.plot}/")
+    for renderable in network_output(results, net.note, args):
+        console.print(renderable)
+    return 0
 
 
 def configure(link_parent: argparse._SubParsersAction) -> None:

@@ -20,9 +20,11 @@ Dask LocalCluster of --workers processes on this machine, or on the cluster at -
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,37 +94,6 @@ class dask_client:
             self.cluster.close()
 
 
-class progress:
-    """A rich progress bar over grid points on a terminal (stderr); a no-op elsewhere."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        import sys
-
-        self.enabled = enabled and sys.stderr.isatty()
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=Console(stderr=True))
-        self.bar.start()
-        task = self.bar.add_task("sweep", total=self.total)
-
-        def tick(done: int, total: int) -> None:
-            self.bar.update(task, completed=done, total=total)
-
-        return tick
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def configure(sub: argparse._SubParsersAction) -> None:
     """Add ``sweep`` to ``leveller simulate``'s sub-commands."""
     p = sub.add_parser("sweep", help="grids of network simulations on Dask distributed",
@@ -135,3 +106,13 @@ def configure(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
     p.add_argument("--json", action="store_true", help="print one JSON object: out, points, errors")
     p.set_defaults(func=run_sweep_command)
+
+
+@contextlib.contextmanager
+def progress(total: int, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """tick(done, total) of a progress bar over grid points on a terminal (stderr); None elsewhere."""
+    from leveller.commands.progress import Bar
+
+    with Bar(["sweep", "bar", "count", "elapsed"], total, "sweep", transient=False,
+             show=None if enabled else False) as bar:
+        yield (lambda done, total: bar.update(completed=done, total=total)) if bar.shown else None

@@ -26,10 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
+
+from leveller.core.policies import LevellerPolicy
+
+if TYPE_CHECKING:
+    from leveller.core.levels_input import LevelsInput
 
 SMALL_INCIDENCE = 512  # up to this many (flow, link) pairs, prune() runs in plain Python
 
@@ -167,3 +173,15 @@ def assign_levels(order: Sequence[str] | None, flows: Mapping[str, Flow], k: int
             inc_link.append(link_ids.setdefault(link, len(link_ids)))
     levels = prune(rank, np.array(inc_flow, dtype=np.int64), np.array(inc_link, dtype=np.int64), len(link_ids), k)
     return dict(zip(names, levels.tolist()))
+
+
+def decide_levels(inp: LevelsInput, k: int) -> list[int]:
+    """Level of every flow (in input order): the leveller order by R, then K-level pruning."""
+    order = LevellerPolicy().order(inp.jobs)
+    rank_of = {name: r for r, name in enumerate(order)}
+    rank_by_job = np.array([rank_of[j.name] for j in inp.jobs], dtype=np.int64)
+    rank = rank_by_job[np.asarray(inp.job, dtype=np.int64)]
+    levels = prune(rank, np.asarray(inp.inc_flow, dtype=np.int64), np.asarray(inp.inc_link, dtype=np.int64),
+                   len(inp.link_names), k)
+    out: list[int] = levels.tolist()
+    return out

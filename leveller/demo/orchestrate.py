@@ -61,3 +61,9 @@ def run_demo(examples: Sequence[str] = ("pair", "trio"), policies: Sequence[str]
             results.append(run)
             note(f"{ex} {pol}: R = {', '.join(f'{r:.3f}' for r in run.rates)}")
     return results, ideal_by_shape
+
+
+def total_seconds(examples: Sequence[str], policies: Sequence[str], settings: LiveSettings) -> float:
+    """How long ``run_demo`` runs jobs: each shape profiled alone once, then every example under every policy."""
+    shapes = {j.shape for ex in examples for j in plan(ex)}
+    return len(shapes) * settings.alone_s + len(examples) * len(policies) * settings.seconds

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
 import shutil
 import subprocess
 import threading
@@ -33,7 +35,9 @@ from typing import Any
 from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, recovery_figures
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
+from leveller.demo.options import check_ranges
 from leveller.demo.scenario import LINK_MBPS, plan
+from leveller.errors import UserError
 from leveller.procs import run, stop_process
 
 FLOOD_PORT = 5299
@@ -205,4 +209,69 @@ def summary(runs: Sequence[LiveRecoveryRun]) -> list[dict[str, Any]]:
         out.append(r.figures.to_dict() | {"flood_s": [round(a, 2), round(b, 2)],
                                           "starved_iterations": sum(1 for t in ends if a + 1 < t <= b),
                                           "j1_first_after": r.top_share(STARVED_JOB, b, b + 20)})
+    return out
+
+
+def check_options(args: Any) -> None:
+    """`leveller experiment recovery`'s options (``args``; --at and --run get their defaults per --where);
+    UserError names the option."""
+    testbed = args.where == "testbed"
+    args.at = args.at if args.at is not None else (40.0 if testbed else 60.0)
+    args.run = args.run if args.run is not None else (240.0 if testbed else 300.0)
+    check_ranges(("--for", args.seconds, 1, 3600, ""), ("--rate-window", args.rate_window, 1, 3600, ""),
+                 ("--rate-half-life", args.rate_half_life, 0.5, 3600, ""), ("--measure", args.measure, 1, 600, ""),
+                 ("--hold", args.hold, 0.5, 600, ""), ("--band", args.band, 0.001, 0.5, ""),
+                 ("--warmup", args.warmup, 0, 3600, ""))
+    if not args.warmup + args.measure <= args.at:
+        raise UserError(f"--at {args.at:g}: must leave --warmup ({args.warmup:g}) + --measure ({args.measure:g}) "
+                        "seconds of steady run before the disturbance")
+    if not args.at + args.seconds + args.hold + 30 <= args.run <= (600 if testbed else 86400):
+        raise UserError(f"--run {args.run:g}: must be at least --at + --for + --hold + 30 s "
+                        f"({args.at + args.seconds + args.hold + 30:g})" + (" and at most 600 on the testbed"
+                                                                              if testbed else ""))
+    if testbed and os.geteuid() != 0:
+        raise UserError("--where testbed needs root (network namespaces, Open vSwitch, eBPF)")
+
+
+def run_experiment(args: Any, note: Note = lambda _: None,
+                   step: Callable[[str, float], None] = lambda _a, _b: None) -> dict[str, Any]:
+    """`leveller experiment recovery` with checked options ``args``: its JSON object (also DIR/recovery.json
+    with --out, with the plot DIR/recovery.png)."""
+    from fractions import Fraction
+
+    from leveller.bench.recovery import SimSetup, network_recovery, simulate_recovery
+
+    modes = [RateMode(), RateMode(window_s=args.rate_window), RateMode(half_life_s=args.rate_half_life)]
+    kw = dict(measure_s=args.measure, hold_s=args.hold, band=args.band)
+    out: dict[str, Any] = {"where": args.where, "disturbance": {"job": args.starve, "at_s": args.at,
+                                                                "seconds": args.seconds}, "run_s": args.run}
+    if args.where == "testbed":
+        if args.starve != "1":
+            raise UserError("--starve: on the testbed the unmanaged flow leaves job 1's host (h1)")
+        setup = LiveRecoverySetup(at_s=args.at, seconds=args.seconds, run_s=args.run, warmup_s=args.warmup,
+                                  measure_s=args.measure, hold_s=args.hold, band=args.band)
+        runs, ideal = live_recovery(modes, setup, name=args.name, note=note, step=step,
+                                    keep=Path(args.out) if args.out else None)
+        out["ideal_s"] = ideal
+        out["modes"] = summary(runs)
+        figures = [r.figures for r in runs]
+    else:
+        d = Disturbance(args.starve, args.at, args.seconds)
+        if args.where == "link":
+            half = Fraction(1, 4)
+            figures = simulate_recovery(SimSetup(((half, half), (half, 2 * half)), d, args.run, args.warmup),
+                                        modes, **kw)
+        else:
+            figures = network_recovery(modes, d, args.run, args.warmup, **kw)
+        out["modes"] = [f.to_dict() for f in figures]
+    if args.out:
+        from leveller.bench.recovery import plot_recovery
+
+        outdir = Path(args.out)
+        outdir.mkdir(parents=True, exist_ok=True)
+        (outdir / "recovery.json").write_text(json.dumps(out, indent=1))
+        dist = out["disturbance"]
+        plot_recovery(outdir / "recovery.png", figures, args.measure,
+                      f"{args.where}: job {dist['job']} starved {dist['seconds']:g} s from {dist['at_s']:g} s")
+        out["plot"] = str(outdir / "recovery.png")
     return out

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from leveller.core.switching import PAPER
 from leveller.core.topology import Topology
@@ -29,6 +30,7 @@ from leveller.demo.switching import DEFAULT_MODE, MODES, LiveSwitching
 from leveller.demo.tcpstats import difference, read_counters
 from leveller.demo.tenants import LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
 from leveller.demo.tenants_model import model_rates
+from leveller.errors import UserError
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]
@@ -117,3 +119,56 @@ def run_fig9(policies: Sequence[str], settings: LiveSettings, name: str, ref_gbp
                                         link_mbps, "fig9", step, switching)
         rep.seconds = time.monotonic() - started
     return rep
+
+
+def run_all(opts: object, counts: Sequence[int], policies: Sequence[str], step: Step = _quiet, note: Note = _quiet,
+            done: Callable[[int, int, Repeat], None] | None = None) -> list[Repeat]:
+    """Every repeat `leveller experiment tenants` asks for (``opts``: its options; --fig9: Figure 9 once),
+    ``done(tenants, repeat, its result)`` after each."""
+    o: Any = opts
+    settings = LiveSettings(seconds=o.duration, alone_s=o.alone, levels=o.levels)
+    lock, switching, repeats = Path(o.lock) if o.lock else None, MODES[o.switching], []
+    for n, r in units(o, counts):
+        rep = (run_fig9(policies, settings, o.name, o.ref_gbps, lock, step, note, o.link_mbps, switching)
+               if o.fig9 else run_repeat(n, r, o.seed, policies, settings, o.name, o.ref_gbps, lock, step, note,
+                                         o.link_mbps, switching))
+        repeats.append(rep)
+        if done is not None:
+            done(n, r, rep)
+    return repeats
+
+
+def units(opts: object, counts: Sequence[int]) -> list[tuple[int, int]]:
+    """(tenants, repeat) of every repeat to run."""
+    o: Any = opts
+    return [(n, r) for n in counts for r in range(1 if o.fig9 else o.repeats)]
+
+
+MIN_DURATION_S, MAX_DURATION_S = 10.0, 3600.0  # of every policy run
+
+
+def check_options(args: Any) -> tuple[list[int], list[str]]:
+    """`leveller experiment tenants`' options (``args``), every one checked before anything starts: (tenant
+    counts, policies); UserError names the flag, the value and what is allowed."""
+    from leveller.demo.options import check_live, check_ranges, int_list, policy_list
+    from leveller.demo.tenants import FIG9_POLICIES, LINK_MBPS, check_tenants, leafspine
+    from leveller.model.limits import POLICIES
+    from leveller.testbed.state import check_name
+
+    policies = policy_list(args.policies, FIG9_POLICIES if args.fig9 else POLICIES)
+    counts = [3] if args.fig9 else int_list(args.tenants, "--tenants")
+    if args.repeats < 1:
+        raise UserError(f"--repeats {args.repeats}: at least 1")
+    if not 1 <= args.levels <= 8:
+        raise UserError(f"--levels {args.levels}: allowed is 1..8 (switch priority queues)")
+    args.link_mbps = LINK_MBPS if args.link_mbps is None else args.link_mbps
+    check_ranges(("--duration", args.duration, MIN_DURATION_S, MAX_DURATION_S, "seconds"),
+                 ("--alone", args.alone, 5, 600, "seconds"), ("--ref-gbps", args.ref_gbps, 1, 3200, ""),
+                 ("--link-mbps", args.link_mbps, 1, 1000, ""))
+    if not args.fig9:
+        check_tenants(counts, leafspine(args.levels))
+    if args.lock is not None and not Path(args.lock).parent.is_dir():
+        check_name(args.name)
+        raise UserError(f"--lock {args.lock}: its directory does not exist")
+    check_live(args, "experiment tenants", root=not args.plan)
+    return counts, policies

@@ -20,10 +20,10 @@ from google.protobuf.message import DecodeError, Message
 from leveller.codec import SchemaError
 from leveller.model.messages import LevelsReply, Report
 from leveller.rpc import leveller_pb2 as pb
-from leveller.rpc.push import watch_request_from_wire
 from leveller.rpc.schema import VERSION, reply_from_wire, report_from_wire
+from leveller.rpc.wire import SERVICE, watch_request_from_wire
 
-SERVICE = pb.DESCRIPTOR.services_by_name["Controller"].full_name  # "leveller.v1.Controller"
+assert pb.DESCRIPTOR.services_by_name["Controller"].full_name == SERVICE, "leveller.proto names another service"
 
 
 def is_json(body: bytes) -> bool:

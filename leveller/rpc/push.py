@@ -24,16 +24,16 @@ from typing import Any, Protocol, cast
 import grpc
 
 from leveller.codec import SchemaError, decode, encode
-from leveller.model.checks import check_int, check_name, check_number, check_object
-from leveller.model.limits import MAX_COUNTER, MAX_MESSAGE_BYTES
+from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.model.messages import LevelsReply
-from leveller.rpc import auth
+from leveller.rpc import auth, protowire
 from leveller.rpc.loopserver import LoopServer, Refused, method
-from leveller.rpc.schema import VERSION, check_version, encode_reply, reply_from_wire
+from leveller.rpc.schema import VERSION, encode_reply, reply_from_wire
+from leveller.rpc.tls import channel
+from leveller.rpc.wire import MAX_WAIT_S, WATCH, check_peer, client_options, watch_request_from_wire
 
-SERVICE = "leveller.v1.Controller"
-WATCH = f"/{SERVICE}/Watch"
-MAX_WAIT_S = 30.0
+__all__ = ["MAX_WAIT_S", "WATCH", "LevelsWatcher", "PushSource", "WatchHandler", "watch_method", "watch_methods",
+           "watch_request_from_wire"]
 
 
 class WatchHandler(Protocol):
@@ -91,14 +91,6 @@ class _Wakeups:
         return source.levels_for(host)
 
 
-def watch_request_from_wire(msg: dict[str, Any]) -> tuple[str, int, float]:
-    """(host, epoch, wait_s) of a Watch request; SchemaError names a bad field."""
-    check_object(msg, "", ("v", "host", "epoch", "wait_s"))
-    check_version(msg)
-    return (check_name(msg["host"], "host"), check_int(msg["epoch"], "epoch", 0, MAX_COUNTER),
-            check_number(msg["wait_s"], "wait_s", 0, MAX_WAIT_S))
-
-
 def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer,
                  clock: Callable[[], float] = time.time, max_bytes: int = MAX_MESSAGE_BYTES,
                  on_reject: Callable[[str], None] | None = None, max_watchers: int = 2,
@@ -119,8 +111,6 @@ def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer
         except auth.AuthError as exc:
             reject("auth")
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
-        from leveller.rpc import protowire  # protowire imports this module
-
         json = protowire.is_json(body)  # our agents: JSON; any other gRPC client: protobuf
         try:
             host, epoch, wait_s = (watch_request_from_wire(decode(body, max_bytes)) if json
@@ -129,8 +119,7 @@ def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer
             reject("invalid")
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         if tls:
-            from leveller.rpc.transport import _check_peer  # transport imports this module
-            _check_peer(context, host, reject)
+            check_peer(context, host, reject)
         return json, host, epoch, wait_s
 
     async def watch(body: bytes, context: grpc.ServicerContext) -> bytes:
@@ -145,13 +134,27 @@ def watch_method(handler: WatchHandler, secret: bytes | None, server: LoopServer
             slots.release()
         if reply is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"host {host!r} has not reported yet")
-        from leveller.rpc import protowire
-
         out = encode_reply(reply) if json else protowire.reply_to_proto(reply)
         context.set_trailing_metadata(auth.metadata(secret, WATCH + "#reply", clock(), out))
         return out
 
     return method(watch)
+
+
+def watch_methods(handler: object, secret: bytes | None, clock: Callable[[], float] = time.time,
+                  max_bytes: int = MAX_MESSAGE_BYTES, on_reject: Callable[[str], None] | None = None,
+                  threads: int = 16, tls: bool = False
+                  ) -> Callable[[LoopServer], dict[str, grpc.RpcMethodHandler[bytes, bytes]]]:
+    """The ``extra`` methods of leveller.rpc.transport.serve for ``handler``: Watch, to up to
+    ``threads - 4`` agents, when the handler has ``wait_levels`` (the controller), else none."""
+
+    def make(server: LoopServer) -> dict[str, grpc.RpcMethodHandler[bytes, bytes]]:
+        if not hasattr(handler, "wait_levels") or threads <= 4:
+            return {}
+        return {"Watch": watch_method(cast(WatchHandler, handler), secret, server, clock, max_bytes, on_reject,
+                                      max_watchers=threads - 4, tls=tls)}
+
+    return make
 
 
 class LevelsWatcher:
@@ -189,9 +192,6 @@ class LevelsWatcher:
         self._thread = threading.Thread(target=self._loop, name=f"watch-{host}", daemon=True)
 
     def _connect(self, address: str) -> None:
-        from leveller.rpc.tls import channel
-        from leveller.rpc.transport import client_options  # transport imports this module's peers
-
         with self._lock:
             if self._stop.is_set():
                 return

@@ -43,8 +43,9 @@ def add_tls_options(parser: argparse.ArgumentParser, own: str) -> None:
     parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate the peer's certificate must be signed by")
 
 
-def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
-    """The TLS files named by the options (all or none; UserError naming a missing or unreadable one)."""
+def tls_from_args(args: argparse.Namespace | Any) -> TlsConfig | None:
+    """The TLS files named by the options (all or none; UserError naming a missing or unreadable one); ``args``
+    is a namespace or a configuration with the attributes tls_cert, tls_key, tls_ca."""
     given = {o: getattr(args, o.lstrip("-").replace("-", "_"), None) for o in ("--tls-cert", "--tls-key", "--tls-ca")}
     if not any(given.values()):
         return None

@@ -42,6 +42,7 @@ from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.rpc import auth, protowire
 from leveller.rpc import leveller_pb2 as pb
 from leveller.rpc.loopserver import LoopServer, Refused, method, stream_method
+from leveller.rpc.push import watch_methods
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 from leveller.rpc.schema import (
     VERSION,
@@ -52,14 +53,17 @@ from leveller.rpc.schema import (
     reply_from_wire,
     report_to_wire,
 )
-from leveller.rpc.tls import PeerMismatch, TlsConfig, channel, check_admin, check_host, server_credentials
+from leveller.rpc.tls import TlsConfig, channel, server_credentials
+from leveller.rpc.wire import REPORT, REPORT_STREAM, SERVICE, STATUS, check_admin_peer, check_peer, client_options
+from leveller.rpc.wire import server_options as _options
 
-SERVICE = "leveller.v1.Controller"
-REPORT = f"/{SERVICE}/Report"
-REPORT_STREAM = f"/{SERVICE}/ReportStream"
-STATUS = f"/{SERVICE}/Status"
+__all__ = ["REPORT", "REPORT_STREAM", "SERVICE", "STATUS", "ControllerClient", "ControllerHandler", "ExtraMethods",
+           "ReportStream", "RpcFailure", "client_options", "serve"]
+
 Clock = Callable[[], float]
 Metadata = tuple[tuple[str, str], ...]
+# the caller's methods of the service beyond Report, ReportStream and Status, made once the server exists
+ExtraMethods = Callable[[LoopServer], Mapping[str, "grpc.RpcMethodHandler[bytes, bytes]"]]
 
 
 class ControllerHandler(Protocol):
@@ -77,36 +81,6 @@ class RpcFailure(CallFailed):
         super().__init__(f"{code.name if code else 'BAD_REPLY'}: {details}")
         self.code = code
         self.details = details
-
-
-def _options(max_bytes: int) -> list[tuple[str, int]]:
-    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
-
-
-def client_options(max_bytes: int) -> list[tuple[str, int]]:
-    """Channel options of the agent's calls: message limits, and reconnection attempts at least every
-    second (gRPC's default backoff grows to 2 minutes: a controller back after a long outage, or a
-    standby turned to after one, would be refused as unreachable all that time)."""
-    return _options(max_bytes) + [("grpc.initial_reconnect_backoff_ms", 100),
-                                  ("grpc.min_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
-
-
-def _check_peer(context: grpc.ServicerContext, host: str, on_reject: Callable[[str], None]) -> None:
-    """Refuse PERMISSION_DENIED unless the TLS peer's certificate names ``host`` (a host, not a role)."""
-    try:
-        check_host(context, host)
-    except PeerMismatch as exc:
-        on_reject("identity")
-        raise Refused(grpc.StatusCode.PERMISSION_DENIED, str(exc)) from None
-
-
-def _check_admin(context: grpc.ServicerContext, on_reject: Callable[[str], None]) -> None:
-    """Refuse PERMISSION_DENIED unless the TLS peer is the admin (Status under mutual TLS)."""
-    try:
-        check_admin(context)
-    except PeerMismatch as exc:
-        on_reject("identity")
-        raise Refused(grpc.StatusCode.PERMISSION_DENIED, str(exc)) from None
 
 
 def _reply_method(method: str) -> str:
@@ -175,7 +149,7 @@ class _Service:
         def work(body: bytes, now: float, sent_at: float) -> bytes:
             report = self.decode_report(body) if json else protowire.report_from_proto(body)
             if self.tls:
-                _check_peer(context, report.host, self.on_reject)
+                check_peer(context, report.host, self.on_reject)
             # a report refused by the handler afterwards still used up its number: harmless, the next is higher
             self.replay.admit(report.host, report.run, report.seq, sent_at, now)
             reply = self.handler.report(report, now)
@@ -198,13 +172,14 @@ class _Service:
 def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock: Clock = time.time,
           max_message_bytes: int = MAX_MESSAGE_BYTES, threads: int = 16,
           on_reject: Callable[[str], None] | None = None, tls: TlsConfig | None = None,
-          replay: ReplayGuard | None = None) -> tuple[LoopServer, int]:
+          replay: ReplayGuard | None = None, extra: ExtraMethods | None = None) -> tuple[LoopServer, int]:
     """Start the service on ``address`` (``host:port``, port 0 = any); returns (server, bound port).
 
     The server is grpc.aio on a thread of its own (leveller.rpc.loopserver): reports are answered on its
     event loop; Status and Watch run in a pool of ``threads``. ``on_reject(reason)`` is called for each
-    refused request ("auth", "invalid" or "identity"). A handler with ``wait_levels`` also serves Watch
-    (leveller.rpc.push) to up to ``threads - 4`` agents. With ``tls``, mutual TLS (leveller.rpc.tls);
+    refused request ("auth", "invalid" or "identity"). ``extra(server)`` gives the caller's further
+    methods (name -> handler); without it, a handler with ``wait_levels`` also serves Watch
+    (leveller.rpc.push.watch_methods) to up to ``threads - 4`` agents. With ``tls``, mutual TLS (leveller.rpc.tls);
     ``secret`` may then be None. A handler with ``use_report_thread`` (the Controller) is given
     ``LoopServer.call``: its decision steps run their Python pieces on the loop, between reports."""
     if secret is None and tls is None:
@@ -219,17 +194,16 @@ def serve(handler: ControllerHandler, address: str, secret: bytes | None, clock:
 
         async def status(body: bytes, context: Any) -> bytes:
             if tls is not None:  # roles: the admin reads the status, hosts report
-                _check_admin(context, svc.on_reject)
+                check_admin_peer(context, svc.on_reject)
             out, trailing = await server.in_pool(svc.status, body, dict(context.invocation_metadata()))
             context.set_trailing_metadata(trailing)  # on the loop: the context is the loop's
             return out
 
         methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
             "Report": method(report), "ReportStream": stream_method(svc.report_message), "Status": method(status)}
-        if hasattr(handler, "wait_levels") and threads > 4:
-            from leveller.rpc.push import watch_method  # push imports this module's peers
-            methods["Watch"] = watch_method(handler, secret, server, clock, max_message_bytes,  # type: ignore[arg-type]
-                                            on_reject, max_watchers=threads - 4, tls=tls is not None)
+        if extra is None:
+            extra = watch_methods(handler, secret, clock, max_message_bytes, on_reject, threads, tls is not None)
+        methods.update(extra(server))
         server.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
         server.run(_add_health_and_reflection(server.server))
         port = (server.server.add_insecure_port(address) if tls is None

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import wait
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
@@ -29,19 +31,8 @@ def free_port() -> int:
 
 def wait_until(cond: Callable[[], Any], timeout_s: float, what: str | Callable[[], str],
                step_s: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something true (returned) or fail after ``timeout_s``.
-
-    ``what`` describes the awaited condition; a callable is evaluated only on failure,
-    so it can show process output at that moment.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what() if callable(what) else what}")
-        time.sleep(step_s)
+    """``tests.helpers.wait.wait_until`` in the live tests' spelling (``step_s``, polled every 50 ms)."""
+    return wait.wait_until(cond, timeout_s, what, interval=step_s)
 
 
 class Proc:
@@ -107,15 +98,18 @@ def fresh_cgroup(prefix: str) -> Iterator[Path]:
     try:
         yield path
     finally:
-        for _ in range(50):  # a just-exited process may linger a moment in cgroup.procs
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
-        assert not path.exists(), f"could not remove the test cgroup {path}"
+        wait.wait_until(lambda: _removed(path), 5.0, f"could not remove the test cgroup {path}", interval=0.1)
+
+
+def _removed(cgroup: Path) -> bool:
+    """Remove an empty cgroup; False while a just-exited process lingers a moment in its cgroup.procs."""
+    try:
+        cgroup.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def send_report(address: str, body: bytes, secret: bytes | None,
@@ -140,16 +134,15 @@ def send_report(address: str, body: bytes, secret: bytes | None,
 def wait_connected(client: Any, timeout: float = 20.0, queues: bool = True) -> None:
     """Wait until the SDN app (an sdn.client.SdnClient) reports every switch connected and, with
     ``queues``, their egress ports prioritising by DSCP (health's queues.ready)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         try:
             health = client.health()
-            if all(health["switches"].values()) and (not queues or health["queues"]["ready"]):
-                return
         except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"switches did not connect (or their queues are not ready): {client.health()}")
+            return False
+        return all(health["switches"].values()) and (not queues or bool(health["queues"]["ready"]))
+
+    wait.wait_until(ready, timeout, lambda: f"switches did not connect (or their queues are not ready): "
+                                            f"{client.health()}", interval=0.1)
 
 
 def listening(tb: Any, host: str, port: int) -> bool:

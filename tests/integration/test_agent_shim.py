@@ -28,7 +28,7 @@ from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.transport import ControllerClient, serve
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
 
 SECRET = b"agent-shim-test-secret-0123"
 BERT_FLOW = flow_key("10.0.0.2", "127.0.0.1", 41000, 48000)  # another host's flow on the same link

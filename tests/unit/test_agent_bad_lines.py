@@ -28,7 +28,7 @@ from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.transport import ControllerClient, serve
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
 
 SECRET = b"bad-lines-test-secret-0123"
 GOOD = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)

@@ -20,7 +20,8 @@ from leveller.agent.service import Agent
 from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
+from tests.helpers.wait import wait_until
 
 # ---- the planner, literal inputs ------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ STEP = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(wait_max=st.floats(0.0, 1.0), first=st.fixed_dictionaries({f: LEVEL for f in FLOWS}),
        steps=st.lists(STEP, max_size=25))
 def test_properties_of_phase_aligned_demotion(
@@ -327,10 +328,8 @@ def test_the_run_loop_applies_a_waiting_demotion_between_reports(tmp_path: Path)
     runner = threading.Thread(target=agent.run, args=(5.0, stop, on_step, None))
     runner.start()
     try:
-        deadline = time.monotonic() + 3.0
-        while enforcer.marks.get(A) != 0 and time.monotonic() < deadline:
-            stop.wait(0.01)
-        assert enforcer.marks.get(A) == 0 and len(steps) == 1  # no report in between: the loop did it
+        wait_until(lambda: enforcer.marks.get(A) == 0, 3.0, lambda: f"A demoted by the agent's loop: {enforcer.marks}")
+        assert len(steps) == 1  # no report in between: the loop did it
     finally:
         stop.set()
         runner.join(5)

@@ -15,7 +15,7 @@ from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
 from leveller.rpc.transport import RpcFailure
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
 
 A = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
 LEASE = 3.0

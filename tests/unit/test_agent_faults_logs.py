@@ -21,7 +21,7 @@ from leveller.agent.metrics import Rejections
 from leveller.agent.rate_tracker import LogTailer, RateTracker
 from leveller.agent.service import Agent
 from leveller.jobs.logline import format_line
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
 
 T0 = 1_700_000_000.0
 

@@ -194,7 +194,7 @@ def test_bad_agent_options_are_refused_naming_them(tmp_path: Path, capsys: pytes
 
 def test_the_options_and_their_config_keys(tmp_path: Path) -> None:
     from leveller.commands.agent import _phase_demotion
-    from tests.unit.test_config import parsed
+    from tests.helpers.cli import parsed
 
     args = parsed(["agent"])
     assert (args.phase_demotion, args.demote_wait_max, args.rto_min_ms) == (True, None, None)  # on by default

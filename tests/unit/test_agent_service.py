@@ -3,58 +3,22 @@ after it (controller unreachable, or answering with a decision older than its le
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
-from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+from leveller.agent.reports import Classifier, parse_port_rule
 from leveller.agent.service import Agent
 from leveller.jobs.logline import format_line
-from leveller.model.flow import FlowKey, flow_key
-from leveller.rpc.schema import FlowLevel, LevelsReply, Report
-from leveller.rpc.transport import RpcFailure
-from tests.fakes import RecordingEnforcer
-
-A = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
-
-
-class FakeClient:
-    """Answers level 1 for every reported flow while ``up``; fails like an unreachable server otherwise."""
-
-    def __init__(self) -> None:
-        self.up = True
-        self.reports: list[Report] = []
-        self.epoch = 1
-        self.age = 0.0  # how old the controller's decision is when it answers
-
-    def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
-        if not self.up:
-            raise RpcFailure(None, "controller down")
-        self.reports.append(report)
-        return LevelsReply(self.epoch, 3.0, (0, 46), tuple(FlowLevel(f.key, f.job, 1) for f in report.flows),
-                           self.age)
-
-
-class StaticFlows:
-    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
-        return {A: FlowSample(1000)}
-
-
-def make(tmp_path: Path) -> tuple[Agent, FakeClient, RecordingEnforcer, list[float], Path]:
-    log = tmp_path / "a.log"
-    log.write_text(format_line("a", 0, 100.0) + "\n")
-    now = [101.0]
-    client, enforcer = FakeClient(), RecordingEnforcer()
-    agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], client, enforcer, flows=StaticFlows(),
-                  classifier=Classifier(ports=(parse_port_rule("a=47000"),)), clock=lambda: now[0],
-                  monotonic=lambda: now[0])
-    return agent, client, enforcer, now, log
+from leveller.rpc.schema import LevelsReply, Report
+from tests.helpers.agents import A, FakeClient, StaticFlows, fake_client_agent
+from tests.helpers.fakes import RecordingEnforcer
 
 
 def test_levels_are_applied_as_dscp(tmp_path: Path) -> None:
-    agent, client, enforcer, now, log = make(tmp_path)
+    agent, client, enforcer, now, log = fake_client_agent(tmp_path)
     with open(log, "a") as f:
         f.write(format_line("a", 1, 100.5) + "\n")
     result = agent.step()
@@ -65,7 +29,7 @@ def test_levels_are_applied_as_dscp(tmp_path: Path) -> None:
 
 
 def test_lease_fallback_clears_after_lease_not_before(tmp_path: Path) -> None:
-    agent, client, enforcer, now, _ = make(tmp_path)
+    agent, client, enforcer, now, _ = fake_client_agent(tmp_path)
     agent.step()  # lease until 104.0
     client.up = False
     now[0] = 103.9
@@ -81,7 +45,7 @@ def test_lease_fallback_clears_after_lease_not_before(tmp_path: Path) -> None:
 
 
 def test_a_decision_older_than_the_lease_drops_the_marks_although_the_controller_answers(tmp_path: Path) -> None:
-    agent, client, enforcer, now, _ = make(tmp_path)
+    agent, client, enforcer, now, _ = fake_client_agent(tmp_path)
     assert agent.step().ok and enforcer.marks == {A: 46}  # decision 1, fresh
     # the decision loop stalls: every answer carries the same, ageing decision
     now[0], client.age = 102.0, 1.0
@@ -101,7 +65,7 @@ def test_a_decision_older_than_the_lease_drops_the_marks_although_the_controller
 
 
 def test_the_age_counts_from_when_the_report_left(tmp_path: Path) -> None:
-    agent, client, enforcer, now, _ = make(tmp_path)
+    agent, client, enforcer, now, _ = fake_client_agent(tmp_path)
 
     class SlowClient(FakeClient):
         def report(self, report: Report, known_jobs: Iterable[str] | None = None) -> LevelsReply:
@@ -143,7 +107,7 @@ def test_overlap_rule_demotes_the_job_inside_its_window_and_never_extends_the_le
     from leveller.agent.overlap import OverlapWindows
     from leveller.jobs.control import format_comm_line
 
-    agent, client, enforcer, now, log = make(tmp_path)
+    agent, client, enforcer, now, log = fake_client_agent(tmp_path)
     agent.overlap = OverlapWindows()
     assert agent.step().ok and enforcer.marks == {A: 46}  # the controller's level 1 (lease until 104.0)
     now[0] = 101.5
@@ -171,7 +135,7 @@ def test_overlap_rule_demotes_the_job_inside_its_window_and_never_extends_the_le
 def test_without_the_overlap_rule_comm_lines_change_nothing(tmp_path: Path) -> None:
     from leveller.jobs.control import format_comm_line
 
-    agent, client, enforcer, now, log = make(tmp_path)
+    agent, client, enforcer, now, log = fake_client_agent(tmp_path)
     assert agent.step().ok and enforcer.marks == {A: 46}
     with open(log, "a") as f:
         f.write(format_comm_line("a", 1, 101.0, 0.5) + "\n")

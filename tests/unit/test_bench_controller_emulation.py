@@ -25,7 +25,7 @@ from leveller.rpc.schema import FlowReport, JobReport, Report, report_to_wire
 FLOWS = _agent_flows(4, 6, 1)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(agent=st.integers(0, 3), keep=st.integers(0, 6), nbytes=st.integers(0, 2**63 - 1),
        iterations=st.integers(0, 10**6))
 def test_an_emulated_report_is_the_real_encoding(agent: int, keep: int, nbytes: int, iterations: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_jobs_emulator import free_port_block
+from tests.helpers.net import free_port_block
 
 
 def job(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

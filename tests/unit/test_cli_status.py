@@ -22,7 +22,8 @@ from leveller.controller.service import Controller
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.rpc.transport import serve
-from tests.unit.test_controller_service import FA, FB, SECRET, agent
+from tests.helpers.agents import FA, FB, SECRET
+from tests.helpers.agents import reporting_agent as agent
 
 
 @pytest.fixture

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from leveller.cli import build_parser, main
+from leveller.cli import main
 from leveller.commands.config import _parser
-from leveller.config import apply, load, option_actions
+from leveller.config import load, option_actions
 from leveller.errors import UserError
+from tests.helpers.cli import parsed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "config"
-
-
-def parsed(argv: list[str]) -> argparse.Namespace:
-    """What `leveller ARGV` runs with, the config file applied (as leveller.cli.main does)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[argv[0]]
-    return apply(args, sub, argv[1:], argv[0]) if args.config else args
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -106,3 +100,72 @@ def test_agent_without_controller_says_where_to_give_it(tmp_path: Path, capsys: 
     assert "--controller: give the controller's HOST:PORT" in capsys.readouterr().err
     f = write(tmp_path, 'controller = "127.0.0.1:1"\nhost = "h9"\n')
     assert parsed(["agent", "--config", str(f)]).controller == "127.0.0.1:1"
+
+
+# --- config check validates exactly what the command validates (issue 26, finding 13) ---------------------------
+
+@pytest.mark.parametrize(("text", "word"), [
+    ("tau = -1\n", "--tau -1"),
+    ("tau = inf\n", "--tau inf"),
+    ("lease = -5\n", "--lease -5"),
+    ("lease = inf\n", "--lease inf"),
+    ("metrics_port = 99999999999\n", "--metrics-port 99999999999"),
+    ("metrics_port = -1\n", "--metrics-port -1"),
+    ("levels = 9\n", "--levels 9"),
+    ("rate_window = 0.5\ntau = 1\n", "--rate-window"),
+    ("verify_window = 7200\n", "--verify-window"),
+])
+def test_config_check_runs_the_controllers_checks(tmp_path: Path, text: str, word: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    assert main(["config", "check", str(f), "--for", "controller"]) == 2
+    err = capsys.readouterr().err
+    assert word in err and str(f) in err
+
+
+def test_config_check_runs_the_sdn_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "s.toml"
+    f.write_text('of_port = 70000\n')
+    assert main(["config", "check", str(f), "--for", "sdn"]) == 2
+    assert "--of-port = 70000" in capsys.readouterr().err
+
+
+def test_two_spellings_of_one_key_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("metrics_port = 9109\nmetrics-port = 9110\n")
+    assert main(["config", "check", str(f), "--for", "controller"]) == 2
+    err = capsys.readouterr().err
+    assert "'metrics_port' and 'metrics-port'" in err
+
+
+# --- /dev/zero, FIFOs and huge files (issue 26, finding 12) ---------------------------------------------------------
+
+def test_config_check_refuses_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    """/dev/null stands for every device: refused by its type, before any read (/dev/zero was read until
+    memory ran out: 2.4 GB, and this test would have taken the machine with it)."""
+    assert main(["config", "check", "/dev/null", "--for", "controller"]) == 2
+    assert "character device" in capsys.readouterr().err
+
+
+def test_config_fifo_does_not_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "c.toml"
+    os.mkfifo(fifo)
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(main(["config", "check", str(fifo), "--for", "sdn"])),
+                         daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():  # unblock the reader of the code before the fix, then fail
+        with open(fifo, "w"):
+            pass
+        t.join(5)
+        pytest.fail("config check of a FIFO blocked")
+    assert done == [2] and "a FIFO" in capsys.readouterr().err
+
+
+def test_huge_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("# " + "x" * (2 << 20) + "\n")
+    assert main(["config", "check", str(f), "--for", "controller"]) == 2
+    assert "larger than" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def feed(ctl: Controller, reports: list[Report]) -> None:
         ctl.report(r, NOW - 1 + 0.01 * i)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(clusters(), st.sampled_from(["leveller", "crux", "fair"]))
 def test_two_controllers_fed_the_same_reports_answer_the_same_levels(cluster: tuple[list[Report], int],
                                                                       policy: str) -> None:

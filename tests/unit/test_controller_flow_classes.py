@@ -33,7 +33,7 @@ def _snapshot(flows: list[tuple[str, tuple[str, ...] | None]]):  # type: ignore[
     return table.snapshot(table.live())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(clusters())
 def test_levels_by_class_equal_the_pruning_of_every_row(case) -> None:  # type: ignore[no-untyped-def]
     order, flows, k = case

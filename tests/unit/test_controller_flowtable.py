@@ -184,7 +184,7 @@ def test_kept_flow_classes_follow_every_change_of_the_flows() -> None:
     assert dict(ctl.step(NOW + 6).levels) == {a: 1}  # h2 gone: b and c with it, a alone on the link
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]),
                           st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"])), max_size=6,
                                    unique_by=lambda kj: kj[0]),

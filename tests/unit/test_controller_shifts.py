@@ -26,7 +26,7 @@ from leveller.jobs.logline import format_line
 from leveller.model.flow import flow_key
 from leveller.model.shape import parse_job_shape
 from leveller.rpc.schema import FlowLevel, JobShift, LevelsReply, reply_from_wire, reply_to_wire
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
 
 F1 = flow_key("10.0.0.1", "10.0.0.4", 40000, 21000)
 F1_ACK = flow_key("10.0.0.4", "10.0.0.1", 21000, 40000)

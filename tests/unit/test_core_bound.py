@@ -1,5 +1,7 @@
 """Cycle quantities of the paper's bound (section 3.2), checked on the digest's table."""
 
+from __future__ import annotations
+
 from fractions import Fraction
 
 import pytest
@@ -26,3 +28,9 @@ def test_fraction_lcm() -> None:
     assert fraction_lcm([Fraction(3, 2), Fraction(5, 4)]) == Fraction(15, 2)
     with pytest.raises(ValueError):
         fraction_lcm([Fraction(0)])
+
+
+def test_cycle_total_communication_is_exact() -> None:
+    """Jobs (1, 1) and (2, 2): LCM 4, counts 2 and 1, C_total = 2 x 1 + 1 x 2 = 4 (a Fraction)."""
+    b = cycle_bound([(Fraction(1), Fraction(1)), (Fraction(2), Fraction(2))])
+    assert b.comm_total == 4 and isinstance(b.comm_total, Fraction)

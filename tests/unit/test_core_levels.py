@@ -186,7 +186,8 @@ def test_a_flow_listing_a_link_twice_is_one_crossing() -> None:
 def test_generated_cluster_levels_equal_the_oracle(n: int) -> None:
     """The rail-optimised 1,024-GPU cluster of the benchmark (a small cut: the oracle is quadratic)."""
     from leveller.bench.workload import generate, levels_input
-    from leveller.commands.levels import decide_levels, parse_input
+    from leveller.core.levels import decide_levels
+    from leveller.core.levels_input import parse_input
 
     data = levels_input(generate(n, seed=3))
     inp = parse_input(data)
@@ -202,7 +203,8 @@ def test_generated_cluster_levels_equal_the_oracle(n: int) -> None:
 def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:
     """Through `leveller levels`' own parsing: equal R keeps the file's job order (the oracle gets the
     policy's order, computed independently of the pruning)."""
-    from leveller.commands.levels import decide_levels, parse_input
+    from leveller.core.levels import decide_levels
+    from leveller.core.levels_input import parse_input
 
     order, flows, k = case
     jobs = sorted(order, key=lambda j: -int(j[1:]))  # file order differs from the names' order

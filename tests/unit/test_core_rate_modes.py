@@ -90,7 +90,7 @@ def _history(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(samples, st.integers(1, 400), st.integers(1, 5))
 def test_trimming_never_changes_a_windowed_rate(steps: list[tuple[int, int]], window: int, ideal: int) -> None:
     hist = _history(steps)
@@ -101,7 +101,7 @@ def test_trimming_never_changes_a_windowed_rate(steps: list[tuple[int, int]], wi
     assert full <= max(Fraction(dn * ideal, dt) for dt, dn in steps + [(1, 0)])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(samples, st.floats(0.5, 100))
 def test_decayed_rate_lies_between_the_slowest_and_fastest_stretch(steps: list[tuple[int, int]], h: float) -> None:
     hist = _history(steps)

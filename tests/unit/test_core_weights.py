@@ -43,7 +43,7 @@ def test_a_heavier_job_keeps_priority_until_its_rate_is_that_many_times_higher()
         JobView("x", rate=1, weight=0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(clusters(), weights)
 def test_equal_weights_leave_the_order_unchanged(cluster: tuple, w: Fraction) -> None:
     jobs, _, _ = cluster
@@ -52,7 +52,7 @@ def test_equal_weights_leave_the_order_unchanged(cluster: tuple, w: Fraction) ->
     assert policy.order(_with(jobs, **{j.name: w for j in jobs})) == paper
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500)
 @given(clusters(), st.data())
 def test_doubling_a_weight_never_lowers_that_jobs_levels(cluster: tuple, data: st.DataObject) -> None:
     jobs, flows, k = cluster

@@ -23,6 +23,7 @@ from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.model.shape import parse_job_shape
 from leveller.rpc.schema import JobReport, LevelsReply, Report
+from tests.helpers.wait import wait_until
 
 F1 = flow_key("10.0.0.1", "10.0.0.4", 40000, 21000)
 F2 = flow_key("10.0.0.2", "10.0.0.4", 40001, 21010)
@@ -54,14 +55,12 @@ def test_agent_reports_at_once_when_an_iteration_ends(tmp_path: Path) -> None:
     thread = threading.Thread(target=agent.run, args=(5.0, stop), kwargs={"poll_s": 0.01})
     thread.start()
     try:
-        time.sleep(0.3)
+        wait_until(lambda: client.times, 5, "the agent's first report")
         assert len(client.times) == 1  # the first report; the next one is 5 s away
         written = time.monotonic()
         with open(log, "a") as fh:
             fh.write(format_line("j", 1, time.time()) + "\n")
-        deadline = time.monotonic() + 2
-        while len(client.times) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(client.times) >= 2, 2, "a report at the iteration's end")
         assert len(client.times) == 2 and client.times[1] - written < 0.5
     finally:
         stop.set()
@@ -77,10 +76,10 @@ def test_without_poll_the_agent_waits_for_its_interval(tmp_path: Path) -> None:
     thread = threading.Thread(target=agent.run, args=(5.0, stop))
     thread.start()
     try:
-        time.sleep(0.1)
+        wait_until(lambda: client.times, 5, "the agent's first report")
         with open(log, "a") as fh:
             fh.write(format_line("j", 1, time.time()) + "\n")
-        time.sleep(0.5)
+        time.sleep(0.5)  # the window in which no second report may come
         assert len(client.times) == 1
     finally:
         stop.set()

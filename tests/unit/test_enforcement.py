@@ -50,7 +50,7 @@ def test_compare_raises_below_half_and_clears_above_eighty_percent() -> None:
         Tolerance(raise_below=0.9, clear_above=0.8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.integers(1000, 10**9), st.floats(1.0, 1.1), st.integers(0, 10**6))
 def test_a_healthy_queue_never_alarms(expected: int, overhead: float, unmanaged: int) -> None:
     # a healthy queue counts frames (headers included) plus traffic nobody marked
@@ -202,7 +202,7 @@ DSCP_ENTRY = st.one_of(
     st.sampled_from(["x", {"a": 1}, 7, (0, 8, 1)]))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(DSCP_ENTRY, max_size=5), st.booleans())
 def test_fast_dscp_bytes_validation_equals_the_full_checks(entries: list, with_flows: bool) -> None:
     import copy

@@ -49,7 +49,7 @@ def test_catalog_jobs_keep_their_compute_to_communication_ratio_and_land_in_the_
     assert comm_time(1e9, 4, 100) == pytest.approx(1.5 * comm_time(1e9, 2, 100))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 6), st.integers(0, 10_000))
 def test_placements_fit_the_testbed_and_cross_the_spines(n: int, seed: int) -> None:
     groups = place(n, TOPO, np.random.default_rng(seed))

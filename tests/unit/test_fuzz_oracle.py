@@ -35,7 +35,7 @@ def flow(src: str, dst: str, sport: int, dport: int, proto: int) -> o.Flow:
     return a.version, a.packed, b.packed, sport, dport, proto
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(six=st.booleans(), data=st.data(), sport=ports, dport=ports, tc=st.integers(0, 255), udp=st.booleans(),
        payload=payloads)
 def test_flow_is_what_scapy_dissects(six: bool, data: st.DataObject, sport: int, dport: int, tc: int, udp: bool,
@@ -52,7 +52,7 @@ def test_flow_is_what_scapy_dissects(six: bool, data: st.DataObject, sport: int,
                                     socket.inet_pton(af, back[family].dst), back.sport, back.dport, proto)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(src=ipv4s, dst=ipv4s, tos=st.integers(0, 255), ident=st.integers(0, 65535), ttl=st.integers(0, 255),
        proto=st.integers(0, 255), length=st.integers(20, 65535))
 def test_ipv4_checksum_from_scratch_equals_scapys(src: str, dst: str, tos: int, ident: int, ttl: int, proto: int,
@@ -128,7 +128,7 @@ def scapy_rewrite_v4(frame: bytes, dscp: int) -> bytes:
     return raw(pkt)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(tos=st.integers(0, 255), dscp=st.integers(0, 63), src=ipv4s)
 def test_a_correct_ipv4_rewrite_passes_every_check(tos: int, dscp: int, src: str) -> None:
     frame = v4(src=src, tos=tos)
@@ -193,7 +193,7 @@ def test_unchanged_expectations_name_who_was_changed() -> None:
     assert o.check(same, same, 0, o.expect(same, {understood(same): 0x88}, True), True) == []
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(tc=st.integers(0, 255), fl=st.integers(0, 2**20 - 1), dscp=st.integers(0, 63))
 def test_ipv6_rewrite_checks(tc: int, fl: int, dscp: int) -> None:
     frame = raw(ETH / IPv6(src="fd00::b", dst="fd00::c", tc=tc, fl=fl) / UDP(sport=50000, dport=4791))

@@ -41,7 +41,7 @@ states = st.builds(HaState, st.dictionaries(names, jobs, max_size=8),
                    st.dictionaries(names, marks, max_size=8), plans)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(states)
 def test_state_round_trips_through_its_keys(state: HaState) -> None:
     layout = Layout("/lv/")
@@ -51,7 +51,7 @@ def test_state_round_trips_through_its_keys(state: HaState) -> None:
     assert decode(pairs, layout) == state
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(states, states)
 def test_changes_turn_one_state_into_the_other(old: HaState, new: HaState) -> None:
     layout = Layout()
@@ -134,7 +134,7 @@ def test_a_granted_ttl_longer_than_asked_does_not_lengthen_the_term() -> None:
     assert not ld.may_decide(1.6)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.tuples(st.floats(0, 5), st.booleans(), st.floats(0, 0.5)), max_size=20), st.integers(1, 5))
 def test_a_leader_never_decides_after_its_lease_can_have_expired(renewals: list[tuple[float, bool, float]],
                                                                  ttl: int) -> None:

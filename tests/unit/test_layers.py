@@ -1,6 +1,7 @@
 """The import graph flows one way, and the bottom layers stay pure.
 
-    model <- core <- {sim, controller, agent, sdn, testbed, jobs, switchconfig} <- {rpc, bench, demo} <- commands
+    model <- core <- {sim, controller, agent, sdn, testbed, jobs, switchconfig} <- rpc <- app <- {bench, demo}
+          <- commands <- cli
 
 ALLOWED below is the one place that says which package may import which (every import counts, also
 one inside a function). Where the rest of the tree fits:
@@ -18,6 +19,12 @@ one inside a function). Where the rest of the tree fits:
   testbed      emulated clusters; builds its switch queues with switchconfig.ovs. Its topology file
                loader (testbed.topofile) is read by sim and controller too
   controller   also asks the SDN app for paths (sdn.client), see controller/paths.py
+  app          the composition roots leveller.controller.app and leveller.agent.app: they build a controller
+               / an agent from its configuration, over rpc, for the CLI, the benchmarks and the demos alike.
+               They live beside their service but count as a layer of their own above rpc
+  options      leveller.options: values of options several commands share (weights, R window, switching
+               rule), parsed with the controller's own checks (rpc.schema)
+Nothing under leveller/ or sdn/ imports leveller.commands (only the CLI does) or the tests.
 The middle layer's few edges among peers are listed one by one; the test also checks that ALLOWED
 has no cycle, so no edge can be added that makes two packages import each other.
 """
@@ -53,9 +60,11 @@ ALLOWED: dict[str, set[str]] = {
     "testbed": PURE | {"procs", "switchconfig"},  # switchconfig.ovs: queue arguments
     "switchconfig": PURE | {"sdn", "agent"},  # sdn.rules, agent.names
     "rpc": PURE | {"controller", "agent", "files"},  # secrets and PEM files
-    "bench": MIDDLE | SERVICES | {"rpc"},
-    "demo": MIDDLE | SERVICES | {"rpc", "bench"},
-    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config", "files"},
+    "options": MIDDLE | {"rpc"},  # rpc.schema.check_weight: the controller's rule for a weight
+    "app": MIDDLE | SERVICES | {"rpc", "files", "options"},
+    "bench": MIDDLE | SERVICES | {"rpc", "app", "options"},
+    "demo": MIDDLE | SERVICES | {"rpc", "bench", "app", "options"},
+    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config", "files", "app", "options"},
     "cli": {"errors", "commands"},
 }
 NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess", "pathlib", "shutil",
@@ -63,13 +72,19 @@ NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess"
          "os_ken", "pyroute2", "matplotlib", "rich", "prometheus_client", "tempfile", "sqlite3"}
 
 
+COMPOSITION_ROOTS = {"leveller.controller.app", "leveller.agent.app"}  # the layer "app"
+
+
 def package(module: str) -> str | None:
-    """The layer of a module name: the package under leveller (or ``sdn``); None outside the project."""
+    """The layer of a module name: the package under leveller (or ``sdn``), "app" for a composition root;
+    None outside the project."""
     parts = module.split(".")
     if parts[0] == "sdn":
         return "sdn"
     if parts[0] != "leveller" or len(parts) < 2:
         return None
+    if ".".join(parts[:3]) in COMPOSITION_ROOTS:
+        return "app"
     return parts[1]
 
 
@@ -115,6 +130,34 @@ def test_the_allowed_graph_flows_one_way() -> None:
 def test_every_package_has_its_place() -> None:
     layers = {p.stem for p in (ROOT / "leveller").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     assert layers - {"__init__"} <= set(ALLOWED), sorted(layers - {"__init__"} - set(ALLOWED))
+
+
+def test_nothing_imports_the_commands_or_the_tests() -> None:
+    """The commands are the CLI's (nothing else may need them); the tests are no library."""
+    found = []
+    for root in ("leveller", "sdn"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("leveller", "commands") or rel == Path("leveller/cli.py"):
+                continue
+            found += [f"{rel} imports {mod}" for mod in imports(path)
+                      if mod.split(".")[0] == "tests" or mod.startswith(("leveller.commands", "tests"))
+                      or mod == "leveller" and "commands" in _imported_names(path)]
+    assert found == []
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Names of every ``from leveller import ...`` of ``path`` (``from leveller import commands``)."""
+    return {a.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+            and node.level == 0 and node.module == "leveller" for a in node.names}
+
+
+def test_the_composition_roots_are_a_layer_above_rpc() -> None:
+    assert package("leveller.controller.app") == package("leveller.agent.app") == "app"
+    assert package("leveller.controller.service") == "controller"
+    assert violations({("controller", "app"): ["leveller/controller/ha.py"]}) == [
+        "controller -> app is not allowed (leveller/controller/ha.py)"]
+    assert violations({("app", "rpc"): ["leveller/controller/app.py"]}) == []
 
 
 def test_a_backward_import_is_named() -> None:

@@ -309,3 +309,17 @@ def test_labels_bracket_ipv6_and_name_port_protocols() -> None:
     assert flow_key("10.0.0.1", "10.0.0.3", 40000, 47000).label() == "tcp 10.0.0.1:40000>10.0.0.3:47000"
     assert flow_key("fd00::1", "fd00::2", 7, 8, "icmp").label() == "1 [fd00::1]:0>[fd00::2]:0"
     assert flow_key("10.0.0.1", "10.0.0.2", 7, 8, 47).label() == "47 10.0.0.1:0>10.0.0.2:0"
+
+
+@pytest.mark.parametrize("proto", ["icmp", 1, "1"])
+def test_icmp_flows_carry_no_ports(proto: object) -> None:
+    # ICMP has no ports: keeping them would make two packets of one ping two different flows.
+    key = flow_key("10.0.0.1", "10.0.0.2", 1234, 80, proto)
+    assert (key.sport, key.dport, key.proto) == (0, 0, 1)
+    assert key == flow_key("10.0.0.1", "10.0.0.2", 0, 0, "icmp")
+
+
+@pytest.mark.parametrize("proto,n", [("tcp", 6), ("udp", 17), (17, 17)])
+def test_tcp_and_udp_flows_keep_their_ports(proto: object, n: int) -> None:
+    key = flow_key("10.0.0.1", "10.0.0.2", 1234, 80, proto)
+    assert (key.sport, key.dport, key.proto) == (1234, 80, n)

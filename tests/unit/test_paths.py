@@ -1,11 +1,16 @@
 """ECMP path choice: shortest, deterministic, spread over spines, ports consistent with the topology."""
 
+from __future__ import annotations
+
+import ipaddress
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leveller.core import paths
 from leveller.core.paths import choose_path, equal_cost_paths
-from leveller.core.topology import preset
+from leveller.core.topology import preset, topology_from_dict
 from leveller.errors import UserError
 from leveller.model.flow import flow_key
 
@@ -49,7 +54,7 @@ def test_bad_flow_fields_are_named():
             flow_key(*args)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.sampled_from(IPS), st.sampled_from(IPS), st.integers(0, 65535), st.integers(0, 65535),
        st.sampled_from(["tcp", "udp"]))
 def test_paths_are_shortest_and_port_consistent(src, dst, sport, dport, proto):
@@ -68,7 +73,6 @@ def test_paths_are_shortest_and_port_consistent(src, dst, sport, dport, proto):
 
 def grid(n: int):
     """An n x n grid of switches, host a on the top-left corner, host b on the bottom-right one."""
-    from leveller.core.topology import topology_from_dict
 
     sw = [f"s{r}_{c}" for r in range(n) for c in range(n)]
     links = [{"a": f"s{r}_{c}", "b": f"s{r}_{c + 1}", "rate_mbps": 10} for r in range(n) for c in range(n - 1)]
@@ -116,7 +120,7 @@ def small_graph(draw):
     return g
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(small_graph())
 def test_indexed_paths_are_exactly_the_sorted_shortest_paths(g):
     import networkx as nx
@@ -130,7 +134,7 @@ def test_indexed_paths_are_exactly_the_sorted_shortest_paths(g):
     assert dag.first(3) == reference[:3]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.sampled_from(IPS), st.sampled_from(IPS), st.integers(0, 65535), st.integers(0, 65535))
 def test_choice_is_the_same_as_picking_from_the_sorted_list(src, dst, sport, dport):
     """Same answer as before the change (hash mod count into the sorted list): paths installed by a
@@ -167,11 +171,10 @@ def test_router_picks_exactly_what_choose_path_picks() -> None:
                     assert router.links(f) == (None if p is None else p.links)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text(alphabet="0123456789.", max_size=16)
        | st.from_regex(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}", fullmatch=True))
 def test_fast_ipv4_check_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
-    import ipaddress
 
     try:
         ipaddress.IPv4Address(text)
@@ -191,3 +194,28 @@ def test_flow_key_is_a_plain_tuple_with_its_methods() -> None:
     assert f.reversed() == flow_key("10.0.0.2", "10.0.0.1", 6, 5, "udp")
     assert f.to_dict() == {"src": "10.0.0.1", "dst": "10.0.0.2", "sport": 5, "dport": 6, "proto": 17}
     assert sorted([f.reversed(), f]) == [f, f.reversed()]
+
+
+# ---- paths over a caller's graph (one that lost a link, say) ----------------------------------------------
+
+def test_paths_follow_the_graph_the_caller_gives() -> None:
+    """With a graph lacking a fabric link (e.g. one that went down), ECMP uses only the others."""
+    t = preset("leafspine")
+    g = paths.graph(t)
+    assert len(paths.equal_cost_paths(t, "h1", "h3")) == 2
+    g.remove_edge("leaf1", "spine1")
+    assert paths.equal_cost_paths(t, "h1", "h3", g) == [("h1", "leaf1", "spine2", "leaf2", "h3")]
+    for sport in range(20):
+        flow = flow_key(t.host("h1").ip, t.host("h3").ip, 1000 + sport, 80, "tcp")
+        path = paths.choose_path(t, flow, g)
+        assert path is not None and path.choices == 1 and "spine1" not in path.nodes
+
+
+def test_router_keeps_its_topology_and_agrees_with_choose_path() -> None:
+    t = preset("leafspine")
+    router = paths.Router(t)
+    assert router.topo is t
+    for sport in range(20):
+        flow = flow_key(t.host("h1").ip, t.host("h6").ip, 2000 + sport, 443, "tcp")
+        chosen = paths.choose_path(t, flow)
+        assert chosen is not None and router.links(flow) == chosen.links

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
 
 from leveller.controller.prune_worker import PruneWorker
 from leveller.core.levels import prune
-
-
-def random_incidence(seed: int, flows: int = 3000, links: int = 400, jobs: int = 12) -> tuple:
-    rng = np.random.default_rng(seed)
-    job = rng.integers(0, jobs, flows)
-    order = rng.permutation(jobs)
-    rank = order[job]
-    per_flow = rng.integers(1, 5, flows)
-    inc_flow = np.repeat(np.arange(flows), per_flow)
-    inc_link = rng.integers(0, links, len(inc_flow))
-    return rank, inc_flow, inc_link, links
-
-
-def wait_for(cond, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
+from tests.helpers.levels import random_incidence
+from tests.helpers.wait import wait_until
 
 
 @pytest.mark.timeout(120)
@@ -55,7 +38,8 @@ def test_a_dead_worker_costs_one_decision_in_place_and_is_replaced() -> None:
         pid = worker.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z")
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+                   30, f"the worker (pid {pid}) to die", interval=0.02)
         assert np.array_equal(worker.prune(*inputs, 8), want)  # in place, while a new worker starts
         assert worker.restarts == 1
         assert np.array_equal(worker.prune(*inputs, 8), want)
@@ -92,7 +76,7 @@ def test_the_worker_ends_by_itself_when_the_controller_is_killed(tmp_path) -> No
     script.write_text(
         "import sys, time\n"
         "from leveller.controller.prune_worker import PruneWorker\n"
-        "from tests.unit.test_prune_worker import random_incidence\n"
+        "from tests.helpers.levels import random_incidence\n"
         "w = PruneWorker(offload_pairs=1000)\n"
         "inputs = random_incidence(1)\n"
         "w.prune(*inputs, 2); w.prune(*inputs, 2)\n"
@@ -107,7 +91,8 @@ def test_the_worker_ends_by_itself_when_the_controller_is_killed(tmp_path) -> No
         assert os.path.exists(f"/proc/{pid}")
         proc.kill()  # SIGKILL: no cleanup of ours runs in the controller
         proc.wait()
-        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout_s=10)
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10, f"the orphaned worker (pid {pid}) to end",
+                   interval=0.02)
     finally:
         if proc.poll() is None:
             proc.kill()

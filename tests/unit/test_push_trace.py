@@ -20,13 +20,14 @@ from leveller.core.qos import default_level_map
 from leveller.errors import UserError
 from leveller.rpc.push import LevelsWatcher
 from leveller.rpc.transport import serve
-from tests.unit.test_rpc_push import SECRET, _agent, _wait
+from tests.helpers.agents import SECRET, two_job_agent
+from tests.helpers.wait import wait_until
 
 
 def test_the_watcher_stamps_arrival_then_decoding_after_the_decision(tmp_path: Path) -> None:
     ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=60)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
-    agent, enf, _log = _agent(tmp_path, f"127.0.0.1:{port}")
+    agent, enf, _log = two_job_agent(tmp_path, f"127.0.0.1:{port}")
     lines = io.StringIO()
     holder: list[LevelsWatcher] = []
     try:
@@ -37,7 +38,7 @@ def test_the_watcher_stamps_arrival_then_decoding_after_the_decision(tmp_path: P
         with watcher:
             decided = time.time()
             ctl.step(decided)
-            _wait(lambda: bool(enf.marks) and lines.getvalue().endswith("\n"))
+            wait_until(lambda: bool(enf.marks) and lines.getvalue().endswith("\n"))
         entry = json.loads(lines.getvalue().splitlines()[0])
         assert entry["epoch"] == ctl.epoch
         assert decided <= entry["arrived"] <= entry["decoded"] <= entry["applied"] <= time.time()

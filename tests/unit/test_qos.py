@@ -1,5 +1,7 @@
 """Level -> DSCP -> queue mapping and the strict-priority queue/tc configuration built from it."""
 
+from __future__ import annotations
+
 import pytest
 
 from leveller.core.qos import (
@@ -56,3 +58,25 @@ def test_tc_filters_map_each_dscp_to_its_htb_class():
         assert {(c[c.index(field) + 1], c[c.index("flowid") + 1]) for c in adds} == \
             {("0x00", "1:1"), ("0x20", "1:2"), ("0x40", "1:3"), ("0x60", "1:4")}
     assert htb_classid(10) == "1:b"
+
+
+def test_default_level_map_has_four_levels() -> None:
+    """Without an argument: 4 levels on CS0..CS3, queue L for level L."""
+    m = default_level_map()
+    assert m.levels == 4 and m.dscp == (0, 8, 16, 24) and m.queue == (0, 1, 2, 3)
+
+
+def test_a_single_level_map_is_valid() -> None:
+    """One DSCP (one level, one queue) is the smallest valid mapping; none at all is not."""
+    m = level_map_from_dict({"dscp": [8]})
+    assert m.levels == 1 and m.queue == (0,)
+    with pytest.raises(UserError):
+        level_map_from_dict({"dscp": []})
+
+
+def test_queue_min_rate_is_a_whole_thousandth_of_the_port_rate() -> None:
+    """12.0015 Mb/s: the guaranteed rate is 12,001 b/s (integer bits, never 12,001.5), at least 12,000."""
+    [q] = queue_configs(1, 12.0015)
+    assert q.min_rate_bps == 12_001 and isinstance(q.min_rate_bps, int)
+    assert q.max_rate_bps == 12_001_500
+    assert [c.min_rate_bps for c in queue_configs(2, None, floor=0.0)] == [12_000, 12_000]

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
+from leveller.agent.service import Agent
 from leveller.errors import UserError
 from leveller.jobs.logline import format_line
+from tests.helpers.fakes import RecordingEnforcer
 
 
 def test_default_pattern_counts_max_iteration_across_ranks() -> None:
@@ -209,3 +211,74 @@ def test_a_line_being_written_when_joining_late_is_read_whole(tmp_path: Path) ->
         f.write("er=5000 t=6000.0\n")
     assert tail.poll() == ["leveller-iter job=m rank=0 iter=5000 t=6000.0"]  # not a fragment
     tail.close()
+
+
+# --- a job restarted in its log (issue 26, finding 17: one restarted in a truncated or replaced log kept its old
+# iteration count) ------------------------------------------------------------------------------------------------
+
+T0 = 1_700_000_000.0
+
+
+def _agent(log: Path) -> tuple[Agent, RateTracker]:
+    tailer, tracker = LogTailer(str(log)), RateTracker()
+    return Agent("h1", [(tailer, tracker)], None, RecordingEnforcer()), tracker  # type: ignore[arg-type]
+
+
+def _lines(*items: tuple[int, float]) -> str:
+    return "".join(format_line("gpt", n, t) + "\n" for n, t in items)
+
+
+def _restart_truncated(log: Path) -> None:
+    with log.open("r+") as f:  # same inode, size down (the job's launcher opened it with O_TRUNC)
+        f.truncate(0)
+
+
+def _restart_replaced(log: Path) -> None:
+    log.unlink()  # another inode under the same path
+
+
+@pytest.mark.parametrize("restart", [_restart_truncated, _restart_replaced], ids=["truncated", "replaced"])
+def test_a_job_restarted_in_its_log_starts_a_new_run(tmp_path: Path, restart: object) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("")
+    agent, tracker = _agent(log)
+    with log.open("a") as f:
+        f.write(_lines(*((n, T0 + n) for n in range(10))))
+    agent.poll_logs(T0 + 10)
+    assert tracker.jobs["gpt"].iterations == 9 and tracker.jobs["gpt"].start_time == T0
+    restart(log)  # type: ignore[operator]
+    agent.poll_logs(T0 + 11)
+    with log.open("a") as f:
+        f.write(_lines((0, T0 + 100), (1, T0 + 101)))
+    agent.poll_logs(T0 + 102)
+    agent.poll_logs(T0 + 102)  # a replaced log is found at the poll after the old one's end
+    p = tracker.jobs["gpt"]
+    assert (p.iterations, p.start_time) == (1, T0 + 100), (p.iterations, p.start_time)
+    assert [n for n, _ in p.recent] == [1]
+
+
+def test_a_job_that_goes_on_counting_after_logrotate_keeps_its_run(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("")
+    agent, tracker = _agent(log)
+    with log.open("a") as f:
+        f.write(_lines(*((n, T0 + n) for n in range(10))))
+    agent.poll_logs(T0 + 10)
+    os.rename(log, tmp_path / "job.log.1")  # logrotate: the job reopens a new file and goes on counting
+    agent.poll_logs(T0 + 11)
+    log.write_text(_lines((10, T0 + 12), (11, T0 + 13)))
+    agent.poll_logs(T0 + 14)
+    agent.poll_logs(T0 + 14)
+    p = tracker.jobs["gpt"]
+    assert (p.iterations, p.start_time) == (11, T0)
+
+
+def test_a_restart_is_counted_once_per_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(_lines((0, T0)))
+    tailer = LogTailer(str(log), from_start=True)
+    assert tailer.poll() and tailer.restarts == 0
+    _restart_truncated(log)
+    tailer.poll()
+    tailer.poll()
+    assert tailer.restarts == 1

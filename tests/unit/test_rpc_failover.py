@@ -19,6 +19,7 @@ from leveller.rpc import auth
 from leveller.rpc.failover import FailoverClient, parse_addresses
 from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
 from leveller.rpc.transport import REPORT, RpcFailure, serve
+from tests.helpers.wait import wait_until
 
 SECRET = b"failover-secret-0123456789"
 KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
@@ -126,14 +127,14 @@ def test_the_list_cycles_and_every_error_is_named_when_none_answers(pair: tuple[
         assert info.value.code == grpc.StatusCode.UNAVAILABLE
         revived = Server("a again", a.port)  # a comes back on its address: the next report finds it
         try:
-            deadline = time.monotonic() + 10
-            while True:
+            def reported() -> bool:
                 try:
                     client.report(report())
-                    break
                 except RpcFailure:
-                    assert time.monotonic() < deadline, "the revived controller was never tried again"
-                    time.sleep(0.1)
+                    return False
+                return True
+
+            wait_until(reported, 10, "the revived controller was never tried again", interval=0.1)
             assert client.active == a.address and len(revived.handler.reports) == 1
             assert client.failovers == 2
         finally:
@@ -201,7 +202,7 @@ def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:
     from leveller.core.qos import default_level_map
     from leveller.jobs.logline import format_line
     from leveller.rpc.push import LevelsWatcher
-    from tests.fakes import RecordingEnforcer
+    from tests.helpers.fakes import RecordingEnforcer
 
     class OneFlow:
         def read_flows(self):
@@ -224,10 +225,8 @@ def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:
                                wait_s=20, retry_s=0.05) as watcher:
                 agent.step()
                 ctls[0].step(time.time())
-                deadline = time.monotonic() + 10
-                while enf.marks != {KEY: 0}:  # fair: level 0 (DSCP 0) for every flow, pushed by a
-                    assert time.monotonic() < deadline, "a's decision was never pushed"
-                    time.sleep(0.01)
+                # fair: level 0 (DSCP 0) for every flow, pushed by a
+                wait_until(lambda: enf.marks == {KEY: 0}, 10, "a's decision was never pushed")
                 for _ in range(5):
                     ctls[1].step(time.time())  # b decides all along, without this host
                 servers[0][0].stop(grace=None).wait()
@@ -235,10 +234,8 @@ def test_the_push_watcher_follows_the_agent_to_the_standby(tmp_path) -> None:
                 applied = len(enf.valid_for)
                 ctls[1].policy = make_policy("leveller")  # b now ranks j1 alone: top level, DSCP 8
                 ctls[1].step(time.time())
-                deadline = time.monotonic() + 10
-                while enf.marks != {KEY: 8}:
-                    assert time.monotonic() < deadline, f"b's decision was never pushed ({watcher.last_error})"
-                    time.sleep(0.01)
+                wait_until(lambda: enf.marks == {KEY: 8}, 10,
+                           lambda: f"b's decision was never pushed ({watcher.last_error})")
                 assert len(enf.valid_for) > applied and watcher.address == addresses[1]
                 assert watcher.epoch == ctls[1].epoch  # b's own count
     finally:

@@ -11,7 +11,7 @@ import pytest
 
 from leveller.rpc.loopserver import LoopServer, Refused, method
 from leveller.rpc.transport import serve
-from tests.unit.test_rpc_transport import RecordingHandler
+from tests.helpers.rpc import RecordingHandler
 
 
 def _loop_threads() -> int:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
 import pytest
 
 from leveller.agent.rate_tracker import LogTailer, RateTracker
-from leveller.agent.reports import Classifier, FlowSample, parse_port_rule
+from leveller.agent.reports import Classifier, parse_port_rule
 from leveller.agent.service import Agent
 from leveller.codec import encode
 from leveller.controller.paths import SingleLinkPaths
@@ -21,58 +21,32 @@ from leveller.controller.service import Controller
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.logline import format_line
-from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc import auth
 from leveller.rpc.push import WATCH, LevelsWatcher
 from leveller.rpc.schema import FlowLevel, LevelsReply, Report
-from leveller.rpc.transport import ControllerClient, serve
-from tests.fakes import RecordingEnforcer
-
-SECRET = b"push-test-secret-0123456789"
-FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
-FB = flow_key("10.0.0.1", "10.0.0.3", 40001, 48000)
-
-
-class TwoFlows:
-    def read_flows(self) -> Mapping[FlowKey, FlowSample]:
-        return {FA: FlowSample(1000), FB: FlowSample(1000)}
-
-
-def _agent(tmp_path: Path, address: str) -> tuple[Agent, RecordingEnforcer, Path]:
-    log = tmp_path / "jobs.log"
-    t0 = time.time() - 100
-    log.write_text("".join(format_line(j, 0, t0) + "\n" for j in ("a", "b")))
-    enf = RecordingEnforcer()
-    agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], ControllerClient(address, SECRET, timeout_s=5),
-                  enf, flows=TwoFlows(), ideal_times={"a": 1.0, "b": 1.0},
-                  classifier=Classifier(ports=(parse_port_rule("a=47000"), parse_port_rule("b=48000"))))
-    return agent, enf, log
-
-
-def _wait(cond, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
+from leveller.rpc.transport import serve
+from tests.helpers.agents import FA, FB_H1, SECRET, TwoFlows, two_job_agent
+from tests.helpers.fakes import RecordingEnforcer
+from tests.helpers.wait import wait_until
 
 
 def test_a_decision_is_pushed_to_a_watching_agent_without_a_report(tmp_path: Path) -> None:
     ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=60)
     server, port = serve(ctl, "127.0.0.1:0", SECRET)
-    agent, enf, log = _agent(tmp_path, f"127.0.0.1:{port}")
+    agent, enf, log = two_job_agent(tmp_path, f"127.0.0.1:{port}")
     try:
         agent.step()  # the controller learns both flows; no decision yet
         assert enf.marks == {}
         with LevelsWatcher(f"127.0.0.1:{port}", SECRET, "h1", agent.apply_pushed, lambda: agent.known_jobs,
                            wait_s=20):
             ctl.step(time.time())  # equal R: job order a, b -> a's flow on top
-            _wait(lambda: enf.marks == {FA: 8, FB: 0})
+            wait_until(lambda: enf.marks == {FA: 8, FB_H1: 0})
             with log.open("a") as f:  # b falls behind: a decision must now favour b
                 f.write(format_line("a", 5, time.time()) + "\n")
             agent.step()  # carries the progress; the reply still has the old decision
-            assert enf.marks == {FA: 8, FB: 0}
+            assert enf.marks == {FA: 8, FB_H1: 0}
             ctl.step(time.time())
-            _wait(lambda: enf.marks == {FA: 0, FB: 8})  # no agent.step() in between: pushed
+            wait_until(lambda: enf.marks == {FA: 0, FB_H1: 8})  # no agent.step() in between: pushed
     finally:
         server.stop(grace=None)
 
@@ -133,7 +107,7 @@ def test_the_controller_wakes_watch_calls_on_the_event_loop_without_a_waiting_th
     """The controller is a PushSource: a Watch waits as a future of the server's loop, not in its pool."""
     ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=1.0, lease_s=60)
     server, port = serve(ctl, "127.0.0.1:0", SECRET, threads=5)  # a blocking pool of 5 threads
-    agent, enf, _log = _agent(tmp_path, f"127.0.0.1:{port}")
+    agent, enf, _log = two_job_agent(tmp_path, f"127.0.0.1:{port}")
     watchers: list[LevelsWatcher] = []
     try:
         agent.step()
@@ -146,7 +120,7 @@ def test_the_controller_wakes_watch_calls_on_the_event_loop_without_a_waiting_th
         busy = [t for t in threading.enumerate() if t.name.startswith("grpc-blocking")]
         assert busy == []  # no pool thread holds the waiting call
         ctl.step(time.time())
-        _wait(lambda: got == [ctl.epoch])
+        wait_until(lambda: got == [ctl.epoch])
     finally:
         for w in watchers:
             w.close()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from leveller.rpc.replay import ReplayError, ReplayGuard, new_run_id
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 10_000), st.floats(0.001, 5.0)), min_size=1, max_size=60))
 def test_genuine_reports_pass_and_replays_never_do(steps: list[tuple[bool, int, float]]) -> None:
     """An agent that restarts now and then (new run, numbering from 1, its clock moving on) interleaved

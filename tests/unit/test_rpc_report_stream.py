@@ -19,7 +19,7 @@ from leveller.rpc import leveller_pb2 as pb
 from leveller.rpc.protowire import reply_from_proto, report_to_proto
 from leveller.rpc.schema import FlowLevel, reply_to_wire, report_from_wire, report_to_wire
 from leveller.rpc.transport import REPORT, REPORT_STREAM, SERVICE, ControllerClient, RpcFailure
-from tests.unit.test_rpc_transport import KEY, SECRET, RecordingHandler, report, serving
+from tests.helpers.rpc import KEY, SECRET, RecordingHandler, report, serving
 
 
 @pytest.fixture
@@ -238,7 +238,6 @@ def test_stopping_the_server_under_open_streams_leaves_no_call_half_ended() -> N
     import asyncio
 
     from leveller.rpc.transport import serve
-    from tests.unit.test_rpc_transport import RecordingHandler
 
     for _ in range(10):  # before the fix, 1-8 of 8 calls were left in some of 5 rounds
         srv, port = serve(RecordingHandler(), "127.0.0.1:0", SECRET)

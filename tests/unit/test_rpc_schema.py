@@ -25,6 +25,7 @@ from leveller.rpc.schema import (
     report_from_wire,
     report_to_wire,
 )
+from tests.helpers.rpc import mutate
 
 KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
 
@@ -51,18 +52,6 @@ def test_report_round_trip() -> None:
 def test_reply_round_trip() -> None:
     r = reply_from_wire(decode(encode(good_reply())), known_jobs={"j1"})
     assert r == LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25)
-
-
-def mutate(msg: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    msg = copy.deepcopy(msg)
-    target = msg
-    for p in path[:-1]:
-        target = target[p]
-    if value is KeyError:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return msg
 
 
 @pytest.mark.parametrize("path,value,field", [
@@ -182,7 +171,7 @@ def _full_checks(msg: dict[str, Any]) -> Report:
         return report_from_wire(msg)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.lists(st.one_of(flow_entries(), st.just(dict(good_report()["flows"][0]))), max_size=4))
 def test_fast_report_validation_equals_the_full_checks(entries: list[dict[str, Any]]) -> None:
     msg = good_report()
@@ -207,7 +196,7 @@ def test_many_plain_flows_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) ->
     assert len(report_from_wire(msg).flows) == 100 and not slow
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.builds("10.{}.{}.{}".format, st.integers(0, 255), st.integers(0, 255),
                                     st.integers(0, 255)), st.integers(0, 65535),
                           st.sampled_from([6, 17]), st.sampled_from(["j1", "a.b:c-d_9", "J"]), st.integers(0, 7)),

@@ -16,7 +16,7 @@ from leveller.rpc.certs import init
 from leveller.rpc.push import LevelsWatcher
 from leveller.rpc.tls import TlsConfig
 from leveller.rpc.transport import ControllerClient, RpcFailure, serve
-from tests.unit.test_rpc_transport import RecordingHandler, report
+from tests.helpers.rpc import RecordingHandler, report
 
 
 def tls(d: Path, name: str, ca_dir: Path | None = None) -> TlsConfig:
@@ -156,3 +156,39 @@ def test_tls_options_all_or_none(tmp_path: Path, pki: tuple[Path, Path]) -> None
     with pytest.raises(UserError, match="--tls-cert .*not a PEM certificate"):
         tls_from_args(ns)
     assert tls_from_args(argparse.Namespace(tls_cert=None, tls_key=None, tls_ca=None)) is None
+
+
+# --- roles (issue 26, finding 7): hosts report and watch for their own host only, the admin reads the status
+# only (the admin certificate was accepted as an agent for host "admin", and any host's read the status) ----
+
+
+@pytest.fixture
+def rejecting_server(pki: tuple[Path, Path]) -> Iterator[tuple[RecordingHandler, str, list[str]]]:
+    """The TLS server of ``server`` that also lists the reasons of the calls it rejected."""
+    handler, rejected = RecordingHandler(), []
+    srv, port = serve(handler, "127.0.0.1:0", None, tls=tls(pki[0], "controller"), on_reject=rejected.append)
+    try:
+        yield handler, f"127.0.0.1:{port}", rejected
+    finally:
+        srv.stop(grace=None)
+
+
+def test_the_admin_certificate_cannot_report(rejecting_server: Any, pki: tuple[Path, Path]) -> None:
+    handler, address, rejected = rejecting_server
+    with ControllerClient(address, None, timeout_s=5, tls=tls(pki[0], "admin")) as c:
+        with pytest.raises(RpcFailure) as exc:
+            c.report(report("admin"))
+    assert exc.value.code.name == "PERMISSION_DENIED" and "role" in exc.value.details
+    assert handler.reports == [] and rejected == ["identity"]
+
+
+def test_a_host_certificate_cannot_read_the_status(rejecting_server: Any, pki: tuple[Path, Path]) -> None:
+    handler, address, rejected = rejecting_server
+    with ControllerClient(address, None, timeout_s=5, tls=tls(pki[0], "h1")) as c:
+        c.report(report("h1"))  # its own role: report for its host
+        with pytest.raises(RpcFailure) as exc:
+            c.status()
+    assert exc.value.code.name == "PERMISSION_DENIED" and "admin certificate" in exc.value.details
+    assert rejected == ["identity"]
+    with ControllerClient(address, None, timeout_s=5, tls=tls(pki[0], "admin")) as c:
+        assert c.status() == {"reports": 1}  # the admin's role: read

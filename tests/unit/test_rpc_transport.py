@@ -2,61 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import grpc
 import pytest
 
-from leveller.codec import SchemaError, encode
-from leveller.model.flow import flow_key
+from leveller.codec import encode
 from leveller.rpc import auth
-from leveller.rpc.schema import FlowLevel, FlowReport, JobReport, LevelsReply, Report, report_to_wire
-from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure, serve
-
-SECRET = b"test-secret-0123456789"
-KEY = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000, "tcp")
-
-
-class RecordingHandler:
-    """Stores accepted reports; answers level 1 for every flow; refuses host 'bad' semantically."""
-
-    def __init__(self) -> None:
-        self.reports: list[Report] = []
-
-    def report(self, report: Report, now: float) -> LevelsReply:
-        if report.host == "bad":
-            raise SchemaError("host", "'bad' is refused by this handler")
-        self.reports.append(report)
-        return LevelsReply(len(self.reports), 2.0, (0, 8),
-                           tuple(FlowLevel(f.key, f.job, 1) for f in report.flows))
-
-    def status(self, now: float) -> dict[str, Any]:
-        return {"reports": len(self.reports)}
-
-
-@contextlib.contextmanager
-def serving() -> Iterator[tuple[RecordingHandler, str]]:
-    """The real server on loopback with a RecordingHandler: (handler, address)."""
-    handler = RecordingHandler()
-    srv, port = serve(handler, "127.0.0.1:0", SECRET, max_message_bytes=64 * 1024)
-    try:
-        yield handler, f"127.0.0.1:{port}"
-    finally:
-        srv.stop(grace=None)
+from leveller.rpc.schema import FlowLevel, report_to_wire
+from leveller.rpc.transport import REPORT, ControllerClient, RpcFailure
+from tests.helpers.rpc import KEY, SECRET, RecordingHandler, report, serving
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[RecordingHandler, str]]:
     with serving() as served:
         yield served
-
-
-def report(host: str = "h1", iterations: int = 3, run: str = "00112233aabbccdd", seq: int = 1) -> Report:
-    return Report(host, (JobReport("j1", iterations, time.time() - 10, 1.0),), (FlowReport(KEY, "j1", 1000),),
-                  run, seq)
 
 
 def raw_call(address: str, body: bytes, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:

@@ -4,7 +4,6 @@ is handed on, and close() ends the loop also in the middle of a back-off."""
 from __future__ import annotations
 
 import socket
-import time
 
 import grpc
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from leveller.codec import SchemaError
 from leveller.rpc.push import LevelsWatcher
 from leveller.rpc.schema import LevelsReply
+from tests.helpers.wait import wait_until
 
 SECRET = b"watcher-backoff-secret-0123456789"
 REPLY = LevelsReply(epoch=3, lease_s=10.0, dscp_by_level=(0, 8), flows=())
@@ -26,13 +26,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(cond, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
 
 
 def test_failures_back_off_and_a_reply_clears_the_error() -> None:
@@ -74,7 +67,7 @@ def test_a_watcher_of_a_dead_controller_keeps_retrying_and_closes_during_its_bac
     w = LevelsWatcher(f"127.0.0.1:{closed_port()}", SECRET, "h1", lambda r: None, lambda: [], wait_s=0.5,
                       retry_s=60.0)
     w.start()
-    wait_for(lambda: w.last_error is not None)  # the first call failed: now in a 60 s back-off
+    wait_until(lambda: w.last_error is not None, 10, "the first call to fail")  # now in a 60 s back-off
     assert "StatusCode.UNAVAILABLE" in w.last_error
     w.close()  # joins for at most wait_s + 1 s: only returns with the thread gone if the back-off was cut short
     assert not w._thread.is_alive()

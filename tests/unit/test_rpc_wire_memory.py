@@ -134,7 +134,7 @@ flows_st = st.lists(st.tuples(st.integers(40000, 40007), st.sampled_from(["j1", 
                               st.integers(0, 2**63 - 1)), max_size=5)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=600)
 @given(first=flows_st, data=st.data())
 def test_decoding_from_memory_equals_the_full_checks(first: list[tuple[int, str, int]], data: st.DataObject) -> None:
     dec = ReportDecoder()
@@ -152,7 +152,7 @@ def test_decoding_from_memory_equals_the_full_checks(first: list[tuple[int, str,
     assert memory(dec, body) == full(body)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=600)
 @given(first=flows_st, data=st.data())
 def test_the_same_entries_in_the_same_order_decode_from_memory_as_the_full_checks(
         first: list[tuple[int, str, int]], data: st.DataObject) -> None:
@@ -200,7 +200,7 @@ def levels(n: int, level: int, job: str = "j1") -> tuple[FlowLevel, ...]:
     return tuple(FlowLevel(flow_key("10.0.0.1", "10.0.0.3", 40000 + i, 4791, 17), job, level) for i in range(n))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]), st.sampled_from(["same", "equal", "other"]),
                           st.integers(0, 2**40), st.floats(0, 100)), max_size=8))
 def test_a_reply_encoded_from_memory_is_the_codecs(steps: list[tuple[str, str, int, float]]) -> None:

@@ -8,34 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from leveller.core.qos import default_level_map
-from leveller.core.topology import preset
 from leveller.model.flow import FlowKey
 from sdn.api import make_app
-from sdn.logic import PathController
-from tests.unit.test_sdn_logic import frame
-
-
-def call(app, method, path, query="", body=b""):
-    out = {}
-
-    def start(status, headers):
-        out["status"] = int(status.split()[0])
-
-    data = b"".join(app({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
-                         "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body)}, start))
-    return out["status"], json.loads(data)
-
-
-def make():
-    topo = preset("leafspine")
-    logic = PathController(topo, default_level_map(4))
-    view = SimpleNamespace(logic=logic, health=lambda: {"ok": True}, queues=lambda: [{"queue": 0}])
-    return topo, logic, make_app(view)
+from tests.helpers.sdn import api_app, call, frame
 
 
 def test_path_query_before_and_after_the_flow_starts():
-    topo, logic, app = make()
+    topo, logic, app = api_app()
     status, body = call(app, "GET", "/paths", "src=10.0.0.1&dst=10.0.0.6&sport=1234&dport=80&proto=tcp")
     assert status == 200 and body["installed"] is False and body["nodes"][0] == "h1" and body["nodes"][-1] == "h6"
     flow = FlowKey("10.0.0.1", "10.0.0.6", 1234, 80, 6)
@@ -48,7 +27,7 @@ def test_path_query_before_and_after_the_flow_starts():
 
 
 def test_batch_and_errors():
-    _, _, app = make()
+    _, _, app = api_app()
     body = json.dumps([{"src": "10.0.0.1", "dst": "10.0.0.2"}, {"src": "10.0.0.1", "dst": "10.9.9.9"}]).encode()
     status, res = call(app, "POST", "/paths", body=body)
     assert status == 200 and res["paths"][0]["nodes"] == ["h1", "leaf1", "h2"] and res["paths"][1] is None
@@ -87,20 +66,20 @@ OK_FLOW = {"src": "10.0.0.1", "dst": "10.0.0.6"}
     (json.dumps([OK_FLOW, OK_FLOW, dict(OK_FLOW, sport="80")]).encode(), "body[2].sport"),
 ])
 def test_malformed_bodies_are_400_naming_the_field(body: bytes, field: str) -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     status, res = call(app, "POST", "/paths", body=body)
     assert status == 400 and field in res["error"], res
 
 
 def test_content_length_must_be_a_byte_count() -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     for length in ("1e12", "-1", "12a", "1" * 30):
         status, res = call_raw(app, "POST", "/paths", b"[]", length)
         assert status == 400 and "Content-Length" in res["error"], (length, res)
 
 
 def test_heavy_requests_go_through_offload() -> None:
-    topo, logic, _ = make()
+    topo, logic, _ = api_app()
     ran: list[str] = []
 
     def offload(work):
@@ -127,7 +106,7 @@ def call_raw(app, method, path, body, length):
 
 
 def test_links_batch_names_each_link_once_and_matches_the_single_queries():
-    topo, logic, app = make()
+    topo, logic, app = api_app()
     ips = [h.ip for h in topo.hosts]
     flows = [[a, b, 40000 + i, 4791, "udp"] for i, (a, b) in enumerate((a, b) for a in ips for b in ips)]
     flows.append(["10.0.0.1", "10.9.9.9", 1, 2, 17])
@@ -143,7 +122,7 @@ def test_links_batch_names_each_link_once_and_matches_the_single_queries():
 
 
 def test_links_batch_errors_name_the_entry():
-    _, _, app = make()
+    _, _, app = api_app()
     bad = {"flows": [["10.0.0.1", "10.0.0.2", 1, 2, "udp"], ["10.0.0.1", "10.0.0.2", 70000, 2, "udp"]]}
     status, res = call(app, "POST", "/links", body=json.dumps(bad).encode())
     assert status == 400 and res["error"].startswith("flows[1]") and "sport" in res["error"]

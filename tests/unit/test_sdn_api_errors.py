@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.unit.test_sdn_api import call, make
+from tests.helpers.sdn import api_app, call
 
 GOOD = "src=10.0.0.1&dst=10.0.0.6"
 
@@ -47,14 +47,14 @@ def names(error: str, field: str) -> bool:
     ("src=10.0.0.1&dst=10.0.0.300", "dst"),
 ])
 def test_bad_path_queries_are_400_naming_the_field(query: str, field: str) -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     status, res = call(app, "GET", "/paths", query)
     assert status == 400, (query, res)
     assert names(res["error"], field), (query, res)
 
 
 def test_good_path_queries_still_answer() -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     status, res = call(app, "GET", "/paths", GOOD + "&sport=40000&dport=5201&proto=TCP")
     assert status == 200 and res["flow"] == {"src": "10.0.0.1", "dst": "10.0.0.6", "sport": 40000,
                                              "dport": 5201, "proto": 6}
@@ -92,14 +92,14 @@ OK = ["10.0.0.1", "10.0.0.6", 1, 2, "tcp"]
     (b"\xff{}", "UTF-8"),
 ])
 def test_malformed_links_bodies_are_400_naming_the_field(body: bytes, field: str) -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     status, res = call(app, "POST", "/links", body=body)
     assert status == 400, (body, res)
     assert names(res["error"], field), (body, res)
 
 
 def test_links_answer_names_each_link_once_in_flow_order() -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     flows = [["10.0.0.1", "10.0.0.6", 1, 2, 6], ["10.0.0.1", "10.0.0.9", 1, 2, 6], ["10.0.0.1", "10.0.0.2", 0, 0, 1]]
     status, res = call(app, "POST", "/links", body=json.dumps({"flows": flows}).encode())
     assert status == 200
@@ -120,6 +120,6 @@ def test_links_answer_names_each_link_once_in_flow_order() -> None:
     ("POST", "/health", 404),
 ])
 def test_unknown_endpoints_and_hosts_are_404(method: str, path: str, status: int) -> None:
-    _, _, app = make()
+    _, _, app = api_app()
     got, res = call(app, method, path)
     assert got == status and "error" in res and res["error"], (path, res)

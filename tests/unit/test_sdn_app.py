@@ -6,6 +6,7 @@ integration tests run the same app against real Open vSwitch.
 
 from __future__ import annotations
 
+import ipaddress
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,8 +20,7 @@ from leveller.core.qos import LevelMap, default_level_map
 from leveller.core.topology import preset
 from leveller.model.flow import flow_key
 from sdn.app import AppConfig, LevellerApp
-from tests.unit.test_sdn_logic import frame
-from tests.unit.test_sdn_ofsend import FakeDatapath
+from tests.helpers.sdn import FakeDatapath, frame
 
 TOPO = preset("leafspine")
 LEAF1, LEAF3 = TOPO.switches[0].dpid, 0x103
@@ -230,3 +230,21 @@ def test_two_checks_of_the_classifiers_never_run_at_once(monkeypatch: pytest.Mon
     hub.joinall(threads)
     assert overlaps == []
     assert app.classified == {"leaf1-p1": True, "leaf1-p2": True}
+
+
+# ---- admission (issue 26, finding 11): a local fake claiming a connected switch's dpid took it over -------------
+
+SITE = (ipaddress.ip_network("10.1.0.0/24"),)
+
+
+def test_a_fake_switch_cannot_take_over_a_connected_dpid() -> None:
+    app = LevellerApp(leveller=AppConfig(TOPO, default_level_map(4), "set_queue", api_sock=None, of_allow=SITE))
+    real = FakeDatapath(LEAF1, ("10.1.0.7", 50000))
+    features(app, real)
+    fake = FakeDatapath(LEAF1, ("10.1.0.66", 50001))  # same dpid, another switch's address
+    features(app, fake)
+    assert app.datapaths == {LEAF1: real} and fake.sent == [] and fake.closed
+    local = FakeDatapath(LEAF1 + 1, ("127.0.0.1", 50002))  # a local process, not from the switches' network
+    features(app, local)
+    assert local.sent == [] and local.closed and app.refused_switches == 2
+    assert any(type(m).__name__ == "OFPFlowMod" for m in real.sent)

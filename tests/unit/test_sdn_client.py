@@ -3,42 +3,29 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
 from leveller.controller.paths import path_provider
 from leveller.model.flow import flow_key
 from sdn.client import SdnClient
-from tests.unit.test_sdn_api import make
-
-
-class QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
+from tests.helpers.sdn import api_app, serving_http
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[str, list[str]]]:
     """URL of the real sdn.api app on 127.0.0.1 and the list of request paths it saw."""
-    _, logic, app = make()
+    _, logic, app = api_app()
     seen: list[str] = []
 
     def recording(environ, start):
         seen.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}")
         return app(environ, start)
 
-    server = make_server("127.0.0.1", 0, recording, handler_class=QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(recording) as url:
+        yield url, seen
 
 
 def test_a_path_and_a_flow_outside_the_topology(served: tuple[str, list[str]]) -> None:

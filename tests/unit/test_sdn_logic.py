@@ -3,14 +3,16 @@ walked through the rules it installed; we assert where they go and on which queu
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 
 from leveller.core.paths import choose_path
 from leveller.core.qos import default_level_map
 from leveller.core.topology import preset
 from leveller.model.flow import FlowKey
-from sdn.logic import PathController, parse_flow
+from sdn.logic import LOOPBACK, PathController, parse_flow, switch_refusal
 from sdn.rules import AddFlow, DeleteFlows, PacketOut
+from tests.helpers.sdn import frame
 
 
 class FakeFlowTable:
@@ -74,13 +76,6 @@ class FakeFlowTable:
             in_port = self.topo.port_towards(peer, sw)
             sw = peer
         raise AssertionError("loop")
-
-
-def frame(flow: FlowKey, tos: int = 0) -> bytes:
-    eth = b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00"
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, tos, 40, 0, 0, 64, flow.proto, 0,
-                     bytes(int(x) for x in flow.src.split(".")), bytes(int(x) for x in flow.dst.split(".")))
-    return eth + ip + struct.pack("!HHIIBBHHH", flow.sport, flow.dport, 0, 0, 5 << 4, 0, 0, 0, 0)  # TCP, 20 bytes
 
 
 def setup(topo_name="dumbbell", set_queue=True, topo=None):
@@ -204,3 +199,22 @@ def test_an_ipv6_flow_gets_its_path_and_its_level_queue():
     assert net.forward(flow, dscp=0)[1] == "host:h5" and {q for _, _, q in net.forward(flow, dscp=0)[0]} == {0}
     # the IPv4 flow between the same hosts is another flow, on its own rules
     assert net.forward(FlowKey(h1.ip, h5.ip, 50000, 4791, 17), dscp=0) == ([], f"controller@{first.b}")
+
+
+# ---- switch admission (issue 26, finding 11): by the topology's dpids and the allowed source networks (--of-allow),
+# no takeover of a connected dpid from another address -----------------------------------------------------------
+
+LEAFSPINE = preset("leafspine")
+LEAF1 = LEAFSPINE.switches[0].dpid
+SITE = (ipaddress.ip_network("10.1.0.0/24"),)
+
+
+def test_switch_admission_rules() -> None:
+    assert switch_refusal(LEAFSPINE, LEAF1, "10.1.0.7", SITE, {}) is None
+    assert "not a switch of the topology" in (switch_refusal(LEAFSPINE, 0xDEAD, "10.1.0.7", SITE, {}) or "")
+    assert "not in --of-allow" in (switch_refusal(LEAFSPINE, LEAF1, "10.9.0.7", SITE, {}) or "")
+    assert "not in --of-allow" in (switch_refusal(LEAFSPINE, LEAF1, "127.0.0.1", SITE, {}) or "")
+    assert "connected already from 10.1.0.7" in (switch_refusal(LEAFSPINE, LEAF1, "10.1.0.8", SITE,
+                                                                 {LEAF1: "10.1.0.7"}) or "")
+    assert switch_refusal(LEAFSPINE, LEAF1, "::ffff:10.1.0.7", SITE, {LEAF1: "10.1.0.7"}) is None  # it restarted
+    assert switch_refusal(LEAFSPINE, LEAF1, "::1", LOOPBACK, {}) is None

@@ -18,26 +18,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from leveller.model.flow import flow_key
 from sdn.ofsend import send, to_ofp
 from sdn.rules import SETUP_COOKIE, TABLE_PATH, TABLE_QOS, AddFlow, DeleteFlows, PacketOut
-
-
-class FakeDatapath:
-    """What os-ken's Datapath offers a sender: ids, protocol modules and send_msg."""
-
-    def __init__(self, dpid: int, address: tuple[str, int] = ("127.0.0.1", 40000)) -> None:
-        self.id = dpid
-        self.address = address  # where the switch connected from (os-ken: the peer's address)
-        self.ofproto = ofp
-        self.ofproto_parser = parser
-        self.sent: list[Any] = []
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def send_msg(self, msg: Any) -> None:
-        msg.set_xid(len(self.sent) + 1)
-        msg.serialize()  # must encode
-        self.sent.append(msg)
+from tests.helpers.sdn import FakeDatapath
 
 
 def wire(msg: Any) -> tuple[int, int, int]:

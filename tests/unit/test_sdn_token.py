@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from wsgiref.simple_server import make_server
 
 import pytest
 
@@ -13,22 +11,16 @@ from leveller.cli import main
 from leveller.errors import UserError
 from sdn.client import SdnClient
 from sdn.token import is_loopback, load_token, require_bearer
-from tests.unit.test_sdn_api import make
-from tests.unit.test_sdn_client import QuietHandler
+from tests.helpers.sdn import api_app, serving_http
 
 TOKEN = b"0123456789abcdef0123"
 
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    _, _, app = make()
-    server = make_server("127.0.0.1", 0, require_bearer(app, TOKEN), handler_class=QuietHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    _, _, app = api_app()
+    with serving_http(require_bearer(app, TOKEN)) as url:
+        yield url.rstrip("/")
 
 
 def test_right_token_answers(url: str) -> None:

@@ -33,9 +33,8 @@ from leveller.rpc.schema import (
     reply_to_wire,
 )
 from leveller.rpc.transport import ControllerClient, serve
-from tests.fakes import RecordingEnforcer
-from tests.unit.test_agent_service import A, make
-from tests.unit.test_controller_service import FA, FB, SECRET, agent
+from tests.helpers.agents import FA, FB, SECRET, A, fake_client_agent, reporting_agent
+from tests.helpers.fakes import RecordingEnforcer
 
 STEP_BYTES = 1000
 
@@ -53,7 +52,7 @@ class GrowingFlow:
 
 def _agent(tmp_path: Path, host: str, job: str, port: int, key: FlowKey, iters: int, ideal: float,
            address: str) -> tuple[Agent, RecordingEnforcer]:
-    return agent(tmp_path, host, job, port, key, iters, ideal, address, flows=GrowingFlow(key))
+    return reporting_agent(tmp_path, host, job, port, key, iters, ideal, address, flows=GrowingFlow(key))
 
 
 def test_shadow_controller_decides_agents_mark_nothing_bytes_per_would_be_level(tmp_path: Path) -> None:
@@ -117,7 +116,7 @@ class ModeClient:
 
 
 def test_the_same_agent_follows_the_mode_of_each_reply(tmp_path: Path) -> None:
-    agent, _, enforcer, now, _ = make(tmp_path)
+    agent, _, enforcer, now, _ = fake_client_agent(tmp_path)
     agent.client = client = ModeClient()
     assert agent.step().ok and enforcer.valid_for == [] and agent.would_be == {A: ("a", 1)}
     client.mode = "enforce"

@@ -16,6 +16,7 @@ import pytest
 from leveller.agent import shim_control
 from leveller.bench.shim import SHIM_LIB, LogLine, StreamRun, parse_fake_log
 from leveller.errors import UserError
+from tests.helpers.wait import wait_until
 
 MODES = ["linked", "dlopen"]
 EINVAL = 22
@@ -27,13 +28,11 @@ def modifies(log: list[LogLine], qpn: int) -> list[LogLine]:
 
 def wait_for_wire(log_path: Path, qpn: int, tc: int, timeout: float = 20.0) -> None:
     """Wait until the fake has carried a message of QP qpn at class tc."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def at_class() -> bool:
         wire = [ln for ln in parse_fake_log(log_path) if ln.kind == "WIRE" and int(ln.fields["qpn"], 16) == qpn]
-        if wire and int(wire[-1].fields["tc"]) == tc:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"no message of QP {qpn} at class {tc} within {timeout} s")
+        return bool(wire) and int(wire[-1].fields["tc"]) == tc
+
+    wait_until(at_class, timeout, f"a message of QP {qpn} at class {tc}")
 
 
 def assert_intact(summary: dict) -> None:
@@ -269,10 +268,8 @@ def test_a_lease_that_runs_out_puts_the_application_class_back_by_itself(shim_bu
         assert listing["job_tc"] == 160 and 0 < listing["lease_ms_left"] <= 600
         assert {q["qp"]: q["app_tc"] for q in listing["qps"]} == {a: 64, b: 64}
         wait_for_wire(run.log, a, 160)
-        deadline = time.monotonic() + 10
-        while _tc_of(client, a) != 64 or _tc_of(client, b) != 64:
-            assert time.monotonic() < deadline, "the lease ran out but the classes stayed"
-            time.sleep(0.01)
+        wait_until(lambda: _tc_of(client, a) == 64 and _tc_of(client, b) == 64, 10,
+                   "the classes back once the lease ran out")
         back = time.monotonic()
         assert back - sent >= 0.6  # not before the lease ended
         wait_for_wire(run.log, a, 64)

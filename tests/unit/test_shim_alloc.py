@@ -5,7 +5,6 @@ class and state, and nothing half-built is left allocated."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from leveller.agent import shim_control
 from leveller.bench.shim import StreamRun, parse_fake_log
+from tests.helpers.wait import wait_until
 
 
 def start(shim_build: Path, tmp_path: Path, fail: str) -> StreamRun:
@@ -21,10 +21,8 @@ def start(shim_build: Path, tmp_path: Path, fail: str) -> StreamRun:
 
 def wait_for_traffic(run: StreamRun, qpn: int, timeout: float = 20.0) -> None:
     """Wait until the fake provider has carried a message of QP qpn (it logs WIRE once per class)."""
-    deadline = time.monotonic() + timeout
-    while not any(ln.kind == "WIRE" and int(ln.fields["qpn"], 16) == qpn for ln in parse_fake_log(run.log)):
-        assert time.monotonic() < deadline, f"QP {qpn} carried no message within {timeout} s"
-        time.sleep(0.01)
+    wait_until(lambda: any(ln.kind == "WIRE" and int(ln.fields["qpn"], 16) == qpn for ln in parse_fake_log(run.log)),
+               timeout, f"QP {qpn} to carry a message")
 
 
 def assert_intact(summary: dict[str, Any]) -> None:

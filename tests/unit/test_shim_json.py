@@ -126,7 +126,7 @@ def expected_of(doc: dict[str, Any]) -> Parsed:
     return kinds
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=st.lists(st.tuples(documents, st.booleans(), st.sampled_from([None, 0, 2])), min_size=1, max_size=20))
 def test_any_object_python_writes_is_read_back_the_same(shim_build: Path,
                                                          docs: list[tuple[dict[str, Any], bool, int | None]]) -> None:
@@ -134,7 +134,7 @@ def test_any_object_python_writes_is_read_back_the_same(shim_build: Path,
     assert probe_many(shim_build, texts) == [expected_of(d) for d, _, _ in docs]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=documents.filter(bool), cut=st.floats(0, 1, exclude_max=True))
 def test_every_truncation_is_refused(shim_build: Path, doc: dict[str, Any], cut: float) -> None:
     text = json.dumps(doc, ensure_ascii=True).encode()

@@ -67,7 +67,7 @@ def test_a_process_that_died_is_exited() -> None:
     assert process_growth([], 0.0, 600.0, INTERVAL)["verdict"] == "exited"
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(base=st.floats(20, 2000), slope=st.floats(-100, 100), n=st.integers(40, 400))
 def test_slope_is_recovered_from_a_line(base: float, slope: float, n: int) -> None:
     s = series([base + slope * INTERVAL * i / 3600 for i in range(n)])

@@ -26,7 +26,8 @@ from leveller.jobs.logline import format_line
 from leveller.model.flow import FlowKey, flow_key
 from leveller.rpc.push import LevelsWatcher
 from leveller.rpc.transport import ControllerClient, serve
-from tests.fakes import RecordingEnforcer
+from tests.helpers.fakes import RecordingEnforcer
+from tests.helpers.wait import wait_until
 
 SECRET = b"stalled-controller-secret-01"
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
@@ -56,14 +57,6 @@ class OneFlow:
         return {FA: FlowSample(4096)}
 
 
-def wait(cond: object, timeout_s: float, what: str) -> float:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-    return time.monotonic()
-
-
 def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(tmp_path: Path) -> None:
     policy = StallingPolicy()
     ctl = Controller(SingleLinkPaths(), policy, default_level_map(2), tau_s=0.1, lease_s=LEASE_S)
@@ -82,13 +75,14 @@ def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(
         watcher.start()
         for t in threads:
             t.start()
-        wait(lambda: enforcer.marks == {FA: TOP}, 10, "the agent marks the job's flow")
+        wait_until(lambda: enforcer.marks == {FA: TOP}, 10, "the agent marks the job's flow")
         epoch = ctl.epoch
         policy.stalled.set()
-        wait(lambda: policy.stalled_at is not None, 5, "the decision loop to stall")
+        wait_until(lambda: policy.stalled_at is not None, 5, "the decision loop to stall")
         assert policy.stalled_at is not None
         last_decision = policy.stalled_at  # the stalled step started after the last decision published
-        cleared = wait(lambda: enforcer.marks == {}, 10, f"marks dropped: {enforcer.marks}")
+        wait_until(lambda: enforcer.marks == {}, 10, lambda: f"marks dropped: {enforcer.marks}")
+        cleared = time.monotonic()
         # within the lease of the last decision (+ one report interval and scheduling slack), not later
         assert cleared - last_decision < LEASE_S + 1.0
         assert ctl.epoch == epoch  # no decision since
@@ -98,7 +92,7 @@ def test_marks_end_one_lease_after_the_last_decision_while_reports_are_answered(
 
         policy.go.set()
         policy.stalled.clear()
-        wait(lambda: enforcer.marks == {FA: TOP}, 10, "levels back once the loop decides again")
+        wait_until(lambda: enforcer.marks == {FA: TOP}, 10, "levels back once the loop decides again")
         assert ctl.epoch > epoch
     finally:
         stop.set()

@@ -13,7 +13,7 @@ import pytest
 
 from leveller.core.topology import host_mac, preset, topology_from_dict
 from leveller.model.errors import UserError
-from tests.unit.test_rpc_schema import mutate
+from tests.helpers.rpc import mutate
 
 GOOD: dict[str, Any] = {
     "switches": [{"name": "s1"}, {"name": "s2", "dpid": 7}],

@@ -1,4 +1,6 @@
-"""Issue 26, round 2, finding 10 (the lease part; the socket's mode 0600 came with the high findings): any
+"""leveller.agent.shim_control and shim/control.c: one lease bound, 60 s.
+
+Issue 26, finding 10 (the lease part; the socket's mode 0600 came with the high findings): any
 client of the shim's socket could give a QP a class with a one-day lease. A lease is now at most the
 agent's own bound, 60 s (the agent renews at every report), in the shim and in the agent alike."""
 

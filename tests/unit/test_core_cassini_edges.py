@@ -1,30 +1,22 @@
-"""Edges of the baselines (CASSINI, Crux) and of the pruning that their other tests leave open.
+"""leveller.core.cassini, past what test_core_cassini.py pins.
 
-CASSINI: the rotation search's result is what compatibility() says of its rotations, the first job
-stays put, coordinate ascent ends at a local optimum, the exhaustive search is the global one on the
-grid (and is used up to ``max_exhaustive`` combinations), ties go to the smaller rotation, the grid
-has ``angles`` rotations, shifts remove overlap for complementary jobs, shift_overlap samples at
-mid-steps with half-open arcs. Crux: P = k * I with the documented defaults, k clamped to
-[1/k_max, k_max], paths chosen with the flow's own demand, separate contention parts compressed
-independently, nothing demoted without gain. Pruning: any numeric id arrays, link ids checked.
+The rotation search's result is what compatibility() says of its rotations, the first job stays put,
+coordinate ascent ends at a local optimum, the exhaustive search is the global one on the grid (and is used
+up to ``max_exhaustive`` combinations), ties go to the smaller rotation, the grid has ``angles`` rotations,
+shifts remove overlap for complementary jobs, shift_overlap samples at mid-steps with half-open arcs.
 """
 
 from __future__ import annotations
 
 import itertools
-from fractions import Fraction
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.core import cassini, crux
+from leveller.core import cassini
 from leveller.core.cassini import CircleJob
-from leveller.core.crux import CruxJob
-from leveller.core.levels import Flow, assign_levels, prune
 from leveller.model.errors import UserError
-from tests.levels_oracle import oracle_levels
 
 # --- CASSINI: rotation search ---------------------------------------------------------
 
@@ -247,140 +239,3 @@ def test_shift_overlap_arcs_are_half_open_and_start_at_the_shift() -> None:
     assert cassini.shift_overlap(ends, 0.0, late, 1.5, 10.0, 1.0) == 0.0
     longer = arcs_job("g", 10.0, (0.0, 2.0, 1.0))
     assert cassini.shift_overlap(longer, 0.0, late, 1.5, 10.0, 1.0) == 1.0
-
-
-# --- Crux -----------------------------------------------------------------------------
-
-F = Fraction
-JOBS_1 = [CruxJob("a", 1, F(4), F(1)), CruxJob("b", 7, F(1, 2), F(1)), CruxJob("c", 6, F(4), F(4))]
-JOBS_2 = [CruxJob("a", 6, F(8), F(2), F(4)), CruxJob("b", 6, F(7), F(2), F(2)), CruxJob("c", 7, F(4), F(3))]
-
-
-def test_priorities_are_k_times_intensity_with_the_documented_defaults() -> None:
-    """Defaults: a 100-iteration window, k clamped to 10 (JOBS_2's a is at the clamp)."""
-    for jobs in (JOBS_1, JOBS_2):
-        k = crux.correction_factors(jobs, 100, 10.0)
-        want = {j.name: k[j.name] * j.intensity for j in jobs}
-        assert crux.priorities(jobs) == pytest.approx(want)
-    assert crux.priorities(JOBS_1) == pytest.approx({"a": 6.777777777777778, "b": 4.368, "c": 6.0})
-    assert crux.priorities(JOBS_2) == pytest.approx({"a": 2.4, "b": 14.0, "c": 9.333333333333334})
-    for window, k_max in ((3, 2.0), (7, 1.0), (1, 10.0)):
-        k = crux.correction_factors(JOBS_2, window, k_max)
-        assert crux.priorities(JOBS_2, window, k_max) == pytest.approx({j.name: k[j.name] * j.intensity
-                                                                          for j in JOBS_2})
-    assert crux.priorities(JOBS_2, 100, 1.0) != crux.priorities(JOBS_2)
-
-
-def test_k_is_clamped_below_at_one_over_k_max() -> None:
-    jobs = [CruxJob("a", 6, F(2), F(3, 2), F(3, 2)), CruxJob("b", 6, F(7), F(1, 2))]
-    assert crux.correction_factors(jobs) == {"a": 1.0, "b": 0.1}
-    assert crux.correction_factors(jobs, k_max=4.0) == {"a": 1.0, "b": 0.25}
-
-
-def test_link_times_take_a_window_shorter_than_a_second() -> None:
-    job = CruxJob("a", 1, F(0), F(1))
-    assert crux.link_times(job, job, F(1, 2)) == (F(1, 2), 0)
-
-
-def test_a_path_crossing_no_link_is_the_least_congested() -> None:
-    assert crux.least_congested_path([["l1"], []], {"l1": 0.5}, {"l1": 1.0}) == 1
-    assert crux.least_congested_path([[], ["l1"]], {}, {"l1": 1.0}) == 0
-
-
-def test_capacities_below_one_are_accepted() -> None:
-    # (0.2 + 0.1) / 0.5 = 0.6 on l1, 0.1 / 0.25 = 0.4 on l2
-    assert crux.least_congested_path([["l1"], ["l2"]], {"l1": 0.2}, {"l1": 0.5, "l2": 0.25}, 0.1) == 1
-
-
-def test_paths_are_chosen_with_the_flows_own_demand() -> None:
-    """A thin empty link loses to a wide busy one once the flow's own demand is counted."""
-    capacity, load = {"thin": 1.0, "wide": 10.0}, {"wide": 0.5}
-    assert crux.least_congested_path([["thin"], ["wide"]], load, capacity) == 0  # demand 0 by default
-    assert crux.least_congested_path([["thin"], ["wide"]], load, capacity, 1.0) == 1
-    chosen, acc = crux.assign_paths([("f", [["thin"], ["wide"]], 1.0)], capacity, load)
-    assert chosen == {"f": 1} and acc == {"wide": 1.5}
-
-
-def test_a_self_pair_does_not_hide_the_pairs_after_it() -> None:
-    edges = crux.contention_dag({"a": 2.0, "b": 1.0}, {"a": 3, "b": 1}, [("a", "a"), ("b", "a")])
-    assert edges == {("a", "b"): 3.0}
-
-
-def test_nothing_is_demoted_without_gain_whatever_the_weights() -> None:
-    value, levels = crux.max_k_cut_dp(["a", "b", "c"], {("a", "b"): 5.0}, 3)
-    assert value == 5.0 and levels == {"a": 2, "b": 1, "c": 1}
-
-
-def test_separate_contention_parts_are_compressed_independently() -> None:
-    """Two pairs that never meet: each gets its own cut, although one cut of the joint priority
-    order (a, b, c, d) could only separate one pair."""
-    priority = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
-    intensity = dict.fromkeys(priority, 1.0)
-    want = {"a": 1, "b": 0, "c": 1, "d": 0}
-    assert crux.compress_levels(priority, intensity, [("a", "b"), ("c", "d")], 2, samples=1) == want
-    assert crux.compress_levels(priority, intensity, [("a", "b"), ("c", "d")], 2) == want
-
-
-# found by search: the sampled topological orders (seed, include_priority_order) decide these
-SAMPLED = ({"j0": 6.0, "j1": 3.0, "j2": 18.0, "j3": 9.0, "j4": 2.0, "j5": 3.0, "j6": 3.0},
-           {"j0": 1.0, "j1": 8.0, "j2": 1.0, "j3": 5.0, "j4": 4.0, "j5": 5.0, "j6": 2.0},
-           [("j1", "j2"), ("j2", "j0"), ("j1", "j1"), ("j2", "j4"), ("j1", "j5"), ("j2", "j5"), ("j5", "j2"),
-            ("j3", "j5"), ("j2", "j3"), ("j3", "j0"), ("j0", "j2")])
-NO_PRIORITY_ORDER = ({"j0": 1.0, "j1": 16.0, "j2": 2.0, "j3": 10.0, "j4": 20.0, "j5": 19.0},
-                     {"j0": 7.0, "j1": 3.0, "j2": 3.0, "j3": 9.0, "j4": 4.0, "j5": 1.0},
-                     [("j4", "j4"), ("j1", "j3"), ("j4", "j2"), ("j4", "j2"), ("j3", "j2")])
-
-
-def test_compression_is_deterministic_with_seed_0_by_default() -> None:
-    want = {"j0": 0, "j1": 1, "j2": 2, "j3": 1, "j4": 1, "j5": 0, "j6": 2}
-    assert crux.compress_levels(*SAMPLED, 3) == want
-    assert crux.compress_levels(*SAMPLED, 3, samples=10, seed=0) == want
-    assert crux.compress_levels(*SAMPLED, 3, seed=1) != want
-
-
-def test_compression_without_the_priority_order_uses_random_orders_only() -> None:
-    with_it = crux.compress_levels(*NO_PRIORITY_ORDER, 4)
-    without = crux.compress_levels(*NO_PRIORITY_ORDER, 4, include_priority_order=False)
-    assert with_it == {"j0": 3, "j1": 3, "j2": 1, "j3": 2, "j4": 3, "j5": 3}
-    assert without == {"j0": 3, "j1": 3, "j2": 1, "j3": 2, "j4": 2, "j5": 3}
-
-
-# --- pruning --------------------------------------------------------------------------
-
-def random_incidence(seed: int, n_flows: int, n_links: int, n_jobs: int) -> tuple[list[int], list[int], list[int]]:
-    """Ranks of n_flows flows of n_jobs jobs, each crossing 1-4 of n_links links."""
-    rng = np.random.default_rng(seed)
-    rank = rng.integers(0, n_jobs, n_flows).tolist()
-    inc_flow: list[int] = []
-    inc_link: list[int] = []
-    for f in range(n_flows):
-        for lk in rng.choice(n_links, rng.integers(1, 5), replace=False).tolist():
-            inc_flow.append(f)
-            inc_link.append(lk)
-    return rank, inc_flow, inc_link
-
-
-@pytest.mark.parametrize("n_flows", [60, 400])  # below and above SMALL_INCIDENCE pairs
-def test_prune_takes_ids_in_any_numeric_array(n_flows: int) -> None:
-    """Ranks and ids decoded as floats (e.g. JSON numbers) or int32 give the oracle's levels."""
-    n_links = n_flows // 4
-    rank, inc_flow, inc_link = random_incidence(n_flows, n_flows, n_links, 12)
-    flows = {f"f{i:04d}": Flow(f"J{rank[i]:02d}", tuple(lk for fl, lk in zip(inc_flow, inc_link) if fl == i))
-             for i in range(n_flows)}
-    order = [f"J{j:02d}" for j in range(12)]
-    want = [oracle_levels(order, flows, 4)[f"f{i:04d}"] for i in range(n_flows)]
-    assert list(assign_levels(order, flows, 4).values()) == want
-    for dtype in (np.float64, np.int32, np.int64):
-        got = prune(np.array(rank, dtype=dtype), np.array(inc_flow, dtype=dtype), np.array(inc_link, dtype=dtype),
-                    n_links, 4)
-        assert got.tolist() == want, dtype
-
-
-@pytest.mark.parametrize("pairs", [1, 600])
-def test_prune_refuses_a_link_id_equal_to_the_number_of_links(pairs: int) -> None:
-    inc_flow = np.zeros(pairs, dtype=np.int64)
-    inc_link = np.zeros(pairs, dtype=np.int64)
-    inc_link[-1] = 3
-    with pytest.raises(ValueError, match="out of range"):
-        prune(np.zeros(1, dtype=np.int64), inc_flow, inc_link, 3, 2)
-    assert prune(np.zeros(1, dtype=np.int64), inc_flow, inc_link, 4, 2).tolist() == [1]

@@ -1,4 +1,6 @@
-"""Issue 26, round 2, live: finding 11 (OpenFlow admission and TLS) and `leveller sdn` ignoring SIGINT.
+"""sdn.app live (`leveller sdn`): OpenFlow admission, OpenFlow over TLS, SIGINT.
+
+Issue 26, live: finding 11 (OpenFlow admission and TLS) and `leveller sdn` ignoring SIGINT.
 
 A fake OpenFlow 1.3 switch (HELLO, FEATURES_REPLY with a chosen dpid, echo replies) connects to a real
 `leveller sdn --topology dumbbell` (dpids 1 and 2): a dpid outside the topology, or a switch outside

@@ -1,4 +1,6 @@
-"""Issue 26, round 2, finding 15: `leveller certs init` replaced a CA whose key is kept offline, reused a
+"""leveller.rpc.certs (`leveller certs init`): what it refuses and what it keeps.
+
+Issue 26, finding 15: `leveller certs init` replaced a CA whose key is kept offline, reused a
 CA key others can read, re-issued the controller's and admin's keys at every run, put '*', 'a b' and
 newlines into the SAN, left CA files behind after a traceback for 'é.lab', and made hidden files for the
 hosts '.' and '..'."""

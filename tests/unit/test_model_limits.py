@@ -1,4 +1,6 @@
-"""Issue 26, round 2, finding 19: every report the schema accepts fits one gRPC message, so MAX_FLOWS can be
+"""leveller.model.limits: the largest report the schema accepts fits one gRPC message.
+
+Issue 26, finding 19: every report the schema accepts fits one gRPC message, so MAX_FLOWS can be
 reached (4 MiB held 38,696 flows at most: a host with more got RESOURCE_EXHAUSTED on every report, and with
 it no levels at all)."""
 
