@@ -7,14 +7,19 @@ deciding until its own lease guard runs out, a reply may be late on the wire), s
 highest epoch it has seen and refuses levels of any lower one: once a host has heard from leader N+1,
 nothing leader N says is applied there again. Epoch 0 is a controller without an election (no
 ``--etcd``): it is accepted only while no elected leader has been heard from, so mixing a lone
-controller into an elected cluster cannot undo the fence either. Pure: no clock, no I/O.
+controller into an elected cluster cannot undo the fence either. No clock: the caller passes the
+times in. Every change of the epoch applied is logged ("applied levels of leader epoch N at T", T the
+agent's wall clock), so a run's logs show which leader each agent obeyed when (the live tests read them).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 
+LOG = logging.getLogger("leveller.agent.fencing")
+APPLIED_FORMAT = "applied levels of leader epoch %d at %.6f"  # tests parse it
 MAX_APPLIED_LOG = 256  # (time, epoch) entries kept of the epochs applied: the live tests read them
 
 
@@ -40,3 +45,4 @@ class EpochFence:
         """Record that levels of ``epoch`` were applied at ``now`` (kept when the epoch changes only)."""
         if not self.applied or self.applied[-1][1] != epoch:
             self.applied.append((now, epoch))
+            LOG.info(APPLIED_FORMAT, epoch, now)

@@ -11,6 +11,10 @@ start; DOWN seconds dead); targets:
   controller   the controller (same command line and port)
   agent        the agent of the first job's sender (h1); agent:HOST for another (killed
                while its packets carry a mark, waiting up to 3 s for one)
+With controllers on etcd (each run gets three etcd members in a namespace and a standby controller):
+  leader       the elected controller (kill -9; restarted, it joins as a standby)
+  etcd         one etcd member of three (the raft leader)
+  partition    the leader cut from etcd but not from the agents for DOWN seconds
 Faults may not overlap and each leaves 5 s to recover before the next one.
 
 Reported: min R of both runs and their ratio; per fault, the time from the
@@ -20,18 +24,24 @@ stale marks: packets seen on h4's eth0 with a rewritten DSCP later than one
 lease after the last decision, or from a killed agent's host later than one
 lease after the kill; and what the teardown left (namespaces, processes, run
 directories, marker BPF programs). The RDMA shim is not part of the run (TCP
-jobs), so no queue pair is checked; the report says so.
+jobs), so no queue pair is checked; the report says so. With controllers on etcd,
+per fault also: the leader before and after, the seconds until another controller
+decided, how long a cut leader went on deciding, the longest stretch without a
+decision and without a marked packet, and any agent back on an older leader
+epoch (docs/chaos.md).
 Writes chaos.json and chaos.png (R over time under faults and undisturbed,
 faults shaded; the marks each sender's packets carried) to --out. Needs
 root; everything is torn down at the end, also on Ctrl-C or an error.
 
 Exit status 1 when a fault was not recovered from, a mark outlived its lease,
-a fault could not be injected, or the teardown left something.
+a fault could not be injected, the teardown left something, an agent went
+back to an older leader epoch or a cut leader decided longer than its TTL.
 
 examples:
   leveller experiment chaos                                 the default schedule, 90 s per run
   leveller experiment chaos --duration 40 --schedule controller@10+3,agent@25+3 --json
   leveller experiment chaos --schedule ovs@10+5,ovs@30+1 --no-baseline --out /tmp/chaos
+  leveller experiment chaos --duration 60 --schedule leader@10+4,etcd@25+4,partition@40+4
 """
 
 from __future__ import annotations
@@ -39,9 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from pathlib import Path
-from typing import Any
+import shutil
 
 from leveller.errors import UserError
 
@@ -67,7 +75,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     from leveller.demo.chaos import EXAMPLE
-    from leveller.demo.chaos_check import parse_schedule
+    from leveller.demo.chaos_check import HA_TARGETS, parse_schedule
     from leveller.demo.scenario import RECEIVER, plan
     from leveller.testbed.state import check_name
 
@@ -76,6 +84,8 @@ def _check(args: argparse.Namespace) -> None:
     jobs = plan(EXAMPLE)
     parse_schedule(args.schedule, args.duration, sorted({j.sender for j in jobs} | {RECEIVER}), jobs[0].sender)
     check_name(args.name)
+    if any(t in args.schedule for t in HA_TARGETS) and shutil.which("etcd") is None:
+        raise UserError("--schedule with leader, etcd or partition needs etcd (scripts/setup-system.sh installs it)")
     if os.geteuid() != 0:
         raise UserError("experiment chaos needs root (namespaces, OVS, eBPF)")
 
@@ -94,45 +104,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        _print(report, out)
+        from leveller.demo.chaos_table import print_report
+
+        print_report(report, out)
     return 0 if report["verdict"] == "ok" else 1
-
-
-def _print(report: dict[str, Any], out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=sys.stdout)
-    table = Table(title=f"chaos: the pair under leveller, {report['duration_s']:g} s, schedule {report['schedule']}")
-    for col in ("fault", "at s", "down s", "recovered s", "decision s", "iterations s", "marks s"):
-        table.add_column(col, justify="left" if col == "fault" else "right")
-
-    def fmt(v: Any) -> str:
-        return "never" if v is None else f"{v:.2f}"
-
-    for f in report["faults"]:
-        iters = [v for k, v in f.items() if k.startswith("iteration ")]
-        table.add_row(f["fault"], f"{f['at_s']:.1f}", f"{f['down_s']:.1f}", fmt(f["recovered_s"]),
-                      fmt(f["decision_s"]), fmt(None if None in iters else max(iters, default=None)),
-                      fmt(f["marks_s"]), style=None if f["recovered_s"] is not None else "red")
-    console.print(table)
-    console.print("recovered: seconds from the restart until the controller decided, every job finished an "
-                  "iteration and marked packets were back (the last of the three)")
-    chaos, base = report["chaos"], report["baseline"]
-    line = f"min R under faults {chaos['min']:.3f} ({', '.join(f'{j} {r:.3f}' for j, r in chaos['rates'].items())})"
-    if base:
-        line += f"; undisturbed {base['min']:.3f}: ratio {report['min_r_ratio']:.3f}"
-    console.print(line)
-    stale = report["stale_marks"]
-    console.print(f"stale marks: {'none' if not stale else len(stale)} in {report['packets']} job packets seen on "
-                  f"h4 (lease {report['settings']['lease_s']:g} s)")
-    for v in stale[:5]:
-        console.print(f"  [red]{v['host']} DSCP {v['dscp']} at {v['t']:.2f} s[/]: {v['why']}")
-    console.print(f"RDMA queue pairs: not checked ({report['qp']['why']})")
-    for e in report["fault_errors"]:
-        console.print(f"[red]fault not injected[/]: {e}")
-    clean = report["cleanup"]
-    console.print("teardown: nothing left (namespaces, processes, /run/leveller, BPF programs)" if clean["clean"] else
-                  f"[red]teardown left[/]: {json.dumps({k: v for k, v in clean.items() if k != 'clean'})}")
-    console.print(f"verdict: [bold]{report['verdict']}[/]; report in {out / 'chaos.json'}"
-                  + (f", plot in {report['plot']}" if report.get("plot") else ""))

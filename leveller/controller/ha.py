@@ -8,7 +8,9 @@
   ``poll_s``: once the key is gone (the leader's lease expired or was revoked), it campaigns
   (leveller.controller.leadership, key layout in leveller.controller.hastate);
 - only the leader decides (:meth:`run` steps the Controller every tau while
-  ``Leadership.may_decide``) and only the leader answers reports and Watch calls; a standby raises
+  ``Leadership.may_decide``; during its first tau as leader every ``poll_s``, so that it decides as soon
+  as the agents' reports reach it rather than a tau later) and only the leader answers reports and Watch
+  calls; a standby raises
   NotLeader naming the leader ("not the leader; the leader is X", FAILED_PRECONDITION on the wire),
   which the agents follow (leveller.rpc.failover). Every reply carries the leader's epoch
   (``LevelsReply.leader_epoch``), which the agents fence on (leveller.agent.fencing);
@@ -128,6 +130,7 @@ class HaController:
         self.metrics = metrics
         self.lease: int | None = None
         self.since = clock()
+        self.elected_at: float | None = None  # monotonic time this controller last won the election
         self.members: list[dict[str, Any]] = []
         self.last_error: str | None = None
         self._stored: dict[str, bytes] = {}  # state/ as this leader last wrote it
@@ -276,6 +279,7 @@ class HaController:
         self.load(state, elected_at)
         with self._lock:
             self.leadership.won(epoch, self.address, sent, ttl)
+            self.elected_at = self.monotonic()
         if self.metrics is not None:
             self.metrics.elections.inc()
         LOG.warning("elected leader at epoch %d", epoch)
@@ -392,6 +396,14 @@ class HaController:
         with self._lock:
             return self.leadership.may_decide(self.monotonic())
 
+    def period(self, leading: bool) -> float:
+        """Seconds between two turns of :meth:`run`: tau while leading, except during the first tau after
+        the election (the agents' reports are only arriving: a step every ``poll_s`` decides with them as
+        soon as they are in); as a standby ``poll_s`` (at most tau), to start deciding soon after winning."""
+        tau = self.controller.tau_s
+        fresh = self.elected_at is not None and self.monotonic() - self.elected_at < tau
+        return tau if leading and not fresh else min(tau, self.poll_s)
+
     def run(self, stop: threading.Event, clock: Callable[[], float] = time.time,
             on_step: Callable[[Any, str | None], None] | None = None) -> None:
         """Like Controller.run, but a step only while this controller leads (and its state written after)."""
@@ -411,7 +423,7 @@ class HaController:
                 if on_step:
                     on_step(decision, error)
             leading = self.may_decide()
-            left = max(0.0, (ctl.tau_s if leading else min(ctl.tau_s, self.poll_s)) - (time.monotonic() - started))
+            left = max(0.0, self.period(leading) - (time.monotonic() - started))
             if leading and ctl.on_iteration:  # also at once when a report shows a finished iteration
                 ctl._wake.wait(left)
                 ctl._wake.clear()

@@ -8,7 +8,10 @@ the same run while a FaultDriver, entered as the run's background, kills parts
 with SIGKILL and starts them again: ovs-vswitchd (restarted on its database:
 bridges, ports and queues are kept, the SDN app reinstalls the rules), the SDN
 app (on its API port), the controller and one agent (with the command line and
-output file they had). A capture on h4's eth0 records the DSCP of every job
+output file they had). With a fault on controllers on etcd in the schedule (leader,
+etcd, partition) each run has its own three etcd members in a namespace and two
+controllers, the run's own and a standby (leveller.demo.chaos_ha); the agents are
+given both. A capture on h4's eth0 records the DSCP of every job
 packet (leveller.demo.wire); the controller's decisions and the jobs' iteration
 logs come from the run. leveller.demo.chaos_check turns them into recovery times
 and stale-mark violations. Afterwards the cluster is torn down and checked for
@@ -26,14 +29,24 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.chaos_check import Fault, Struck, parse_schedule, recovery, stale_marks
+from leveller.demo.chaos_check import (
+    HA_TARGETS,
+    Fault,
+    Struck,
+    epoch_regressions,
+    parse_schedule,
+    recovery,
+    stale_marks,
+    takeover,
+)
+from leveller.demo.chaos_ha import HA_TTL_S, HaSet, decision_times, ha_controllers
 from leveller.demo.cluster import PIDS_FILE, DemoCluster, record_pid
-from leveller.demo.live import LiveSettings, run_policy
+from leveller.demo.live import LiveSettings, RunOutput, run_policy
 from leveller.demo.procstat import cmdline
 from leveller.demo.scenario import LEVELS, RECEIVER, plan
 from leveller.demo.soak import leftovers, role_of
@@ -73,6 +86,8 @@ class FaultDriver:
     # so that the check that its marks end with the lease has marks to watch
     marked: Callable[[str], bool] | None = None
     marked_at_kill: dict[int, bool] = field(default_factory=dict)  # fault index -> whether it was
+    ha: HaSet | None = None  # controllers on etcd (set per run): the leader, etcd and partition faults
+    leaders: dict[int, str | None] = field(default_factory=dict)  # fault index -> the controller leading then
     struck: list[Struck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     t0: float = 0.0
@@ -129,6 +144,8 @@ class FaultDriver:
 
     # ---- one target each: kill it now, return how to start it again --------------------------------
     def _kill(self, fault: Fault) -> Callable[[], None]:
+        if fault.target in HA_TARGETS:
+            return self._kill_ha(fault)
         tb = self.cluster.testbed
         if fault.target == "ovs":
             ovs = tb.ovs
@@ -149,13 +166,41 @@ class FaultDriver:
         _sigkill(pid, str(self.cluster.work_dir))
         return lambda: self._start(argv, out)
 
-    def _service_pid(self, role: str) -> int:
-        """The running process of a service of the run (recorded in the demo's pid file)."""
+    def _kill_ha(self, fault: Fault) -> Callable[[], None]:
+        """leader: SIGKILL the elected controller; etcd: SIGKILL etcd's raft leader member; partition: cut
+        the elected controller from etcd. Returns how to undo it."""
+        if self.ha is None:
+            raise RuntimeError(f"{fault.target}: the run has no controllers on etcd")
+        etcd = self.ha.etcd
+        found = etcd.leader()
+        name = found[0] if found else None
+        self.leaders[len(self.struck)] = name
+        if fault.target == "etcd":
+            member = etcd.raft_leader()
+            etcd.kill(member)
+            return lambda: etcd.start(member)
+        if name is None:
+            raise RuntimeError("no controller leads")
+        if fault.target == "partition":
+            i = int(name[1:])
+            etcd.cut(i)
+            return lambda: etcd.heal(i)
+        pid = self._service_pid("controller", name)
+        argv = cmdline(pid)
+        out = os.readlink(f"/proc/{pid}/fd/1")
+        _sigkill(pid, str(self.cluster.work_dir))
+        return lambda: self._start(argv, out)  # it joins as a standby
+
+    def _service_pid(self, role: str, name: str | None = None) -> int:
+        """The running process of a service of the run (recorded in the demo's pid file); with ``name``,
+        the one started with ``--name NAME``."""
         pids = json.loads((self.cluster.work_dir / PIDS_FILE).read_text())
         for pid in reversed(pids):
-            if role_of(cmdline(pid)) == role and pid_alive(pid, str(self.cluster.work_dir)):
+            argv = cmdline(pid)
+            if role_of(argv) == role and pid_alive(pid, str(self.cluster.work_dir)) and (
+                    name is None or (("--name" in argv[:-1]) and argv[argv.index("--name") + 1] == name)):
                 return int(pid)
-        raise RuntimeError(f"no running {role} process of this run")
+        raise RuntimeError(f"no running {role} process{f' named {name}' if name else ''} of this run")
 
     def _start(self, argv: list[str], out: str) -> None:
         with open(out, "ab") as fh:
@@ -190,6 +235,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
     jobs = plan(EXAMPLE)
     hosts = sorted({j.sender for j in jobs} | {RECEIVER})
     faults = parse_schedule(schedule, duration_s, hosts, jobs[0].sender)
+    ha_mode = any(f.target in HA_TARGETS for f in faults)
     settings = LiveSettings(seconds=duration_s)
     # R is compared between two runs of the same jobs: ideal times from the model, no profiling run
     ideal = {j.name: j.compute_s(settings.unit_s) + j.comm_s(settings.unit_s) for j in jobs}
@@ -199,11 +245,25 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
     programs_before = marker_programs()
     runs = 2 if baseline else 1
     report: dict[str, Any] = {}
+
+    def run(tag: str, tick: Progress, background: Any = None,
+            driver: FaultDriver | None = None) -> tuple[RunOutput, dict[str, list[float]]]:
+        """One run; the decision times per controller."""
+        if not ha_mode:
+            out = run_policy(cluster, tag, POLICY, live, ideal, settings, tick, background=background)
+            return out, {"controller": decision_times([json.dumps(d) for d in out.decisions])}
+        with ha_controllers(cluster, tag, settings, live) as ha:
+            if driver is not None:
+                driver.ha = ha
+            out = run_policy(cluster, tag, POLICY, live, ideal, ha.settings(settings), tick, background=background,
+                             controller_args=ha.controller_args(0), port=ha.ports[0])
+            return out, ha.decisions()
+
     with cluster:
         base = None
         if baseline:
             note("undisturbed run")
-            base = run_policy(cluster, "baseline", POLICY, live, ideal, settings, lambda f: progress(f / runs))
+            base, _ = run("baseline", lambda f: progress(f / runs))
         ports = (min(j.port for j in jobs), max(j.port for j in jobs) + 1)
         wire = DscpSegments(cluster.netns(RECEIVER), "eth0", cluster.ip(RECEIVER), ports,
                             {cluster.ip(h): h for h in hosts})
@@ -215,13 +275,13 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
                 yield
 
         note("run under faults")
-        out = run_policy(cluster, "chaos", POLICY, live, ideal, settings,
-                         lambda f: progress((runs - 1 + f) / runs), background=disturb)
+        out, by_ctl = run("chaos", lambda f: progress((runs - 1 + f) / runs), disturb, driver)
         segments = wire.segments()
+        epochs = agent_epochs(cluster.work_dir / "chaos", hosts) if ha_mode else {}
         note("tearing down")
     left = leftovers(cluster.name, markers)
     left_programs = sorted(marker_programs() - programs_before)
-    decisions = [float(d["t"]) for d in out.decisions if "t" in d and not d.get("error")]
+    decisions = sorted(t for ts in by_ctl.values() for t in ts)
     ends = {j.name: sorted(out.logs[j.name].ends.values()) for j in jobs}
     t0 = out.t_start
     faults_out = []
@@ -230,7 +290,9 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
         faults_out.append({"fault": k.fault.label, "at_s": round(k.killed - t0, 2),
                            "down_s": round(k.restarted - k.killed, 2),
                            **({"marking_when_killed": driver.marked_at_kill[i]} if i in driver.marked_at_kill else {}),
-                           **recovery(k, until, decisions, ends, segments)})
+                           **recovery(k, until, decisions, ends, segments),
+                           **(takeover(k, until, by_ctl, driver.leaders.get(i), segments)
+                              if k.fault.target in HA_TARGETS else {})})
     stale = stale_marks(segments, decisions, driver.struck, settings.lease_s)
     chaos = _r_summary(out.rates)
     report = {
@@ -249,6 +311,15 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
         "settings": {"example": EXAMPLE, "policy": POLICY, "levels": LEVELS, "tau_s": settings.tau_s,
                      "lease_s": settings.lease_s, "unit_s": settings.unit_s},
     }
+    if ha_mode:
+        first = driver.struck[0].killed if driver.struck else out.t_end
+        report["ha"] = {"ttl_s": HA_TTL_S, "controllers": sorted(by_ctl),
+                        "decisions": {n: len(ts) for n, ts in by_ctl.items()},
+                        # the same measure as each fault's unmarked_s, before the first fault (jobs computing)
+                        "unmarked_before_faults_s": takeover(Struck(faults[0], t0 + 5, first), first, by_ctl, None,
+                                                             segments)["unmarked_s"],
+                        "epoch_regressions": [{**r, "t": round(float(r["t"]) - t0, 3)}  # type: ignore[arg-type]
+                                              for r in epoch_regressions(epochs)]}
     report["verdict"] = verdict(report)
     if plot is not None:
         from leveller.demo.chaos_plot import plot_chaos
@@ -256,6 +327,25 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
         plot_chaos(plot, out, base, ideal, driver.struck, faults_out, segments, decisions)
         report["plot"] = str(plot)
     return report
+
+
+def agent_epochs(work: Path, hosts: Sequence[str]) -> dict[str, list[tuple[float, int]]]:
+    """Per host, (time, leader epoch of the levels in hand) of each of its agent's --json lines."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    for host in hosts:
+        path = work / f"agent-{host}.jsonl"
+        if not path.exists():
+            continue
+        seq = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(d, dict) and d.get("ok") and "t" in d:
+                seq.append((float(d["t"]), int(d.get("leader_epoch", 0))))
+        out[host] = seq
+    return out
 
 
 def verdict(report: dict[str, Any]) -> str:
@@ -272,4 +362,10 @@ def verdict(report: dict[str, Any]) -> str:
         problems.append("no marked packet seen (the capture or the marker did not work)")
     if not report["cleanup"]["clean"]:
         problems.append("teardown left something")
+    ha = report.get("ha") or {}
+    if ha.get("epoch_regressions"):
+        problems.append(f"{len(ha['epoch_regressions'])} agent step(s) on an older leader epoch")
+    late = [f["fault"] for f in report["faults"] if f.get("cut_leader_decided_s", 0) > ha.get("ttl_s", 0)]
+    if late:
+        problems.append("the cut leader decided longer than its TTL")
     return "ok" if not problems else "; ".join(problems)

@@ -3,7 +3,9 @@
 A schedule is ``TARGET@AT+DOWN,...``: kill TARGET (SIGKILL) AT seconds after the
 jobs started, start it again DOWN seconds later. Targets: ``ovs`` (ovs-vswitchd),
 ``sdn`` (the SDN app), ``controller``, ``agent`` (the agent of the first job's
-sender) or ``agent:HOST``.
+sender) or ``agent:HOST``; and with controllers on etcd (leveller.demo.chaos_ha):
+``leader`` (the elected controller), ``etcd`` (one member of three) and
+``partition`` (the leader cut from etcd, not from the agents, for DOWN seconds).
 
 What the run records, all on the wall clock: the controller's decisions (times),
 runs of packets on the wire with one DSCP (per sending host), iteration ends per
@@ -15,7 +17,12 @@ job, and when each fault struck and ended. From those:
   the kill, until the agent is back (its BPF program ends the marks itself);
 - recovery: after a fault ended, the first moment by which the controller
   decided again, every job finished an iteration, and a marked packet was seen
-  (from the agent's host for an agent fault).
+  (from the agent's host for an agent fault);
+- with controllers on etcd (:func:`takeover`): which controller decided before and
+  after the fault, how long after it struck another one decided, the longest time
+  without any decision and without any marked packet on the wire, and (partition)
+  how long the cut leader went on deciding; :func:`epoch_regressions`: an agent that
+  held levels of an older leader epoch after a newer one.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from dataclasses import dataclass
 
 from leveller.errors import UserError
 
-TARGETS = ("ovs", "sdn", "controller", "agent")
+HA_TARGETS = ("leader", "etcd", "partition")  # controllers on etcd (leveller.demo.chaos_ha)
+TARGETS = ("ovs", "sdn", "controller", "agent", *HA_TARGETS)
 DEFAULT_SCHEDULE = "ovs@12+3,sdn@30+3,controller@48+4,agent@66+4"  # 4 s: twice the lease
 MARGIN_S = 0.3  # capture stamps vs decision log lines: queueing on the way, log after the step
 _ITEM = re.compile(r"^(?P<target>[a-z]+)(?::(?P<host>[a-z][a-z0-9-]*))?@(?P<at>[0-9.]+)\+(?P<down>[0-9.]+)$")
@@ -68,6 +76,9 @@ def parse_schedule(text: str, duration_s: float, hosts: Sequence[str], default_h
             raise UserError(f"--schedule: {item!r}: DOWN must be in (0, 60] seconds")
         faults.append(Fault(m["target"], at, down, host))
     faults.sort(key=lambda f: f.at_s)
+    if any(f.target in HA_TARGETS for f in faults) and any(f.target == "controller" for f in faults):
+        raise UserError(f"--schedule {text!r}: controller does not go with {', '.join(HA_TARGETS)} (controllers "
+                        "on etcd: kill the elected one with leader)")
     if faults[0].at_s < min_gap_s:
         raise UserError(f"--schedule: {faults[0].label}@{faults[0].at_s:g}: the first fault must come at least "
                         f"{min_gap_s:g} s after the start (an undisturbed warm-up)")
@@ -170,3 +181,51 @@ def recovery(k: Struck, until: float, decisions: Sequence[float], iteration_ends
             "outage_s": None if back is None else round(back - k.killed, 3),
             "missing": ", ".join(missing) or None,  # type: ignore[dict-item]
             **{f"{name}_s": None if t is None else round(t - after, 3) for name, t in parts.items()}}
+
+
+def _gap(start: float, end: float, times: Sequence[float]) -> float:
+    """The longest interval in [start, end] that holds none of ``times`` (sorted)."""
+    inside = [t for t in times if start <= t <= end]
+    edges = [start, *inside, end]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
+def takeover(k: Struck, until: float, decisions: Mapping[str, Sequence[float]], leader: str | None,
+             segments: Sequence[Segment]) -> dict[str, object]:
+    """A fault on controllers on etcd: ``decisions`` per controller name (sorted times), ``leader`` the one
+    that led when ``k`` struck. From the strike to ``until``: who decided last, how long until a decision
+    of another controller (None: none), the longest stretch without a decision (from the last one before
+    the strike) and without a marked packet on the wire (any host); for a partition, how long after the
+    cut the cut leader still decided."""
+    every = sorted(t for ts in decisions.values() for t in ts)
+    before = max((t for t in every if t <= k.killed), default=k.killed)
+    after = {name: [t for t in ts if k.killed < t <= until] for name, ts in decisions.items()}
+    others = [t for name, ts in after.items() if name != leader for t in ts]
+    last = max(((ts[-1], name) for name, ts in after.items() if ts), default=(None, None))[1]
+    marked = _merge((s.start, s.end) for s in segments if s.dscp != 0 and s.end >= k.killed and s.start <= until)
+    unmarked, t = 0.0, k.killed
+    for a, b in marked:
+        unmarked, t = max(unmarked, a - t), max(t, b)
+    unmarked = max(unmarked, until - t)
+    out: dict[str, object] = {
+        "leader_before": leader, "leader_after": last,
+        "takeover_s": round(min(others) - k.killed, 3) if others else None,
+        "decision_gap_s": round(_gap(before, until, every), 3),
+        "unmarked_s": round(unmarked, 3)}
+    if k.fault.target == "partition" and leader is not None:
+        cut = [t for t in after.get(leader, []) if t <= k.restarted]
+        out["cut_leader_decided_s"] = round(cut[-1] - k.killed, 3) if cut else 0.0
+    return out
+
+
+def epoch_regressions(epochs: Mapping[str, Sequence[tuple[float, int]]]) -> list[dict[str, object]]:
+    """Per host, (time, leader epoch of the levels in hand) in time order -> every time an agent held
+    levels of an older epoch than it had held before (empty: none)."""
+    out: list[dict[str, object]] = []
+    for host, seq in sorted(epochs.items()):
+        newest = 0
+        for t, e in seq:
+            if e < newest:
+                out.append({"host": host, "t": t, "epoch": e, "after": newest})
+            newest = max(newest, e)
+    return out

@@ -106,7 +106,7 @@ class JobShift(_message.Message):
     def __init__(self, job: _Optional[str] = ..., plan: _Optional[int] = ..., start_in_s: _Optional[float] = ..., period_s: _Optional[float] = ...) -> None: ...
 
 class LevelsReply(_message.Message):
-    __slots__ = ("epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows", "shifts", "mode")
+    __slots__ = ("epoch", "lease_s", "decision_age_s", "dscp_by_level", "flows", "shifts", "mode", "leader_epoch")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_S_FIELD_NUMBER: _ClassVar[int]
     DECISION_AGE_S_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class LevelsReply(_message.Message):
     FLOWS_FIELD_NUMBER: _ClassVar[int]
     SHIFTS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     lease_s: float
     decision_age_s: float
@@ -121,7 +122,8 @@ class LevelsReply(_message.Message):
     flows: _containers.RepeatedCompositeFieldContainer[FlowLevel]
     shifts: _containers.RepeatedCompositeFieldContainer[JobShift]
     mode: str
-    def __init__(self, epoch: _Optional[int] = ..., lease_s: _Optional[float] = ..., decision_age_s: _Optional[float] = ..., dscp_by_level: _Optional[_Iterable[int]] = ..., flows: _Optional[_Iterable[_Union[FlowLevel, _Mapping]]] = ..., shifts: _Optional[_Iterable[_Union[JobShift, _Mapping]]] = ..., mode: _Optional[str] = ...) -> None: ...
+    leader_epoch: int
+    def __init__(self, epoch: _Optional[int] = ..., lease_s: _Optional[float] = ..., decision_age_s: _Optional[float] = ..., dscp_by_level: _Optional[_Iterable[int]] = ..., flows: _Optional[_Iterable[_Union[FlowLevel, _Mapping]]] = ..., shifts: _Optional[_Iterable[_Union[JobShift, _Mapping]]] = ..., mode: _Optional[str] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("host", "epoch", "wait_s")

@@ -76,7 +76,7 @@ def reply_to_proto(reply: LevelsReply) -> bytes:
     """The LevelsReply message of a reply."""
     return pb.LevelsReply(
         epoch=reply.epoch, lease_s=reply.lease_s, decision_age_s=reply.decision_age_s,
-        dscp_by_level=list(reply.dscp_by_level), mode=reply.mode,
+        dscp_by_level=list(reply.dscp_by_level), mode=reply.mode, leader_epoch=reply.leader_epoch,
         flows=[pb.FlowLevel(src=k.src, dst=k.dst, sport=k.sport, dport=k.dport, proto=k.proto, job=job, level=level)
                for k, job, level in reply.flows],
         shifts=[pb.JobShift(job=s.job, plan=s.plan, start_in_s=s.start_in_s, period_s=s.period_s)
@@ -92,6 +92,8 @@ def reply_from_proto(body: bytes, known_jobs: Any = None) -> LevelsReply:
         "dscp_by_level": list(msg.dscp_by_level), "mode": msg.mode or "enforce",
         "flows": [{"src": f.src, "dst": f.dst, "sport": f.sport, "dport": f.dport, "proto": f.proto, "job": f.job,
                    "level": f.level} for f in msg.flows]}
+    if msg.leader_epoch:
+        wire["leader_epoch"] = msg.leader_epoch
     if msg.shifts:
         wire["shifts"] = [{"job": s.job, "plan": s.plan, "start_in_s": s.start_in_s, "period_s": s.period_s}
                           for s in msg.shifts]

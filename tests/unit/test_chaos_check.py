@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from leveller.demo.chaos_check import DEFAULT_SCHEDULE, Fault, Segment, Struck, parse_schedule, recovery, stale_marks
+from leveller.demo.chaos_check import (
+    DEFAULT_SCHEDULE,
+    Fault,
+    Segment,
+    Struck,
+    epoch_regressions,
+    parse_schedule,
+    recovery,
+    stale_marks,
+    takeover,
+)
 from leveller.errors import UserError
 
 HOSTS = ("h1", "h2", "h4")
@@ -28,6 +38,8 @@ def test_schedule_items_in_time_order_with_the_default_agent_host() -> None:
     ("ovs@10+3,sdn@14+2", "before the next fault (sdn@14)"),
     ("ovs@10+3,sdn@55+2", "before the end of the run (60 s)"),
     ("ovs@1.2.3+1", "AT and DOWN are seconds"),
+    ("leader:h1@10+2", "only agent takes a host"),
+    ("controller@10+2,leader@30+2", "controller does not go with leader, etcd, partition"),
 ])
 def test_bad_schedules_are_named(text: str, needle: str) -> None:
     with pytest.raises(UserError) as info:
@@ -80,3 +92,37 @@ def test_an_agent_fault_recovers_with_marks_from_its_own_host_and_never_is_repor
     out = recovery(k, 120.0, decisions, ends, others + [seg("h1", 8, 115.0, 116.0)])
     assert out["recovered_s"] == pytest.approx(2.0)
     assert recovery(k, 114.0, decisions, ends, others + [seg("h1", 8, 115.0, 116.0)])["missing"] == "marks"
+
+
+def test_the_faults_on_controllers_on_etcd_parse() -> None:
+    faults = parse_schedule("partition@40+4,leader@10+4,etcd@25+4", 60, HOSTS, "h1")
+    assert faults == [Fault("leader", 10, 4), Fault("etcd", 25, 4), Fault("partition", 40, 4)]
+
+
+def test_takeover_of_a_killed_leader() -> None:
+    decisions = {"c0": [99.0, 99.5, 100.0], "c1": [101.6, 102.0, 102.5]}
+    k = Struck(Fault("leader", 10, 4), 100.2, 104.2)
+    marks = [seg("h1", 8, 99.0, 101.0), seg("h2", 0, 99.0, 105.0), seg("h1", 8, 101.9, 106.0)]
+    out = takeover(k, 110.0, decisions, "c0", marks)
+    assert out["leader_before"] == "c0" and out["leader_after"] == "c1"
+    assert out["takeover_s"] == pytest.approx(1.4)  # 101.6 - 100.2
+    assert out["decision_gap_s"] == pytest.approx(7.5)  # 102.5 .. 110: nothing more was decided
+    assert out["unmarked_s"] == pytest.approx(4.0)  # 106 .. 110 (101 .. 101.9 is shorter)
+    assert "cut_leader_decided_s" not in out
+    # no other controller ever decides: no takeover
+    assert takeover(k, 110.0, {"c0": decisions["c0"], "c1": []}, "c0", marks)["takeover_s"] is None
+
+
+def test_takeover_of_a_partition_reports_how_long_the_cut_leader_went_on() -> None:
+    decisions = {"c0": [99.0, 100.0, 100.5, 100.9], "c1": [101.8, 102.3]}
+    k = Struck(Fault("partition", 10, 4), 100.1, 104.1)
+    out = takeover(k, 104.0, decisions, "c0", [seg("h1", 8, 99.0, 104.0)])
+    assert out["cut_leader_decided_s"] == pytest.approx(0.8) and out["takeover_s"] == pytest.approx(1.7)
+    assert out["decision_gap_s"] == pytest.approx(1.7) and out["unmarked_s"] == 0
+    assert takeover(k, 104.0, {"c0": [99.0], "c1": [101.8]}, "c0", [])["cut_leader_decided_s"] == 0.0
+
+
+def test_epoch_regressions_name_the_host_and_the_step() -> None:
+    assert epoch_regressions({"h1": [(1.0, 0), (2.0, 3), (3.0, 3), (4.0, 9)], "h2": []}) == []
+    assert epoch_regressions({"h1": [(1.0, 3), (2.0, 9), (3.0, 3), (4.0, 9)]}) == [
+        {"host": "h1", "t": 3.0, "epoch": 3, "after": 9}]

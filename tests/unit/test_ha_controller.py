@@ -283,3 +283,20 @@ def test_metrics_count_elections_and_show_the_epoch_and_etcd_calls() -> None:
     assert value("leveller_ha_epoch") == a.leadership.epoch
     assert value("leveller_etcd_request_seconds_count", {"op": "keepalive"}) == 2
     assert value("leveller_etcd_errors_total", {"op": "keepalive", "error": "ConnectionFailedError"}) == 1
+
+
+def test_a_new_leader_turns_every_poll_during_its_first_tau_then_every_tau() -> None:
+    """Elected, the leader steps every poll_s for one tau (the agents' reports are arriving: it decides
+    with them at once, not a tau later), then every tau; a standby every poll_s (at most tau)."""
+    etcd, mono, wall, (a, b), _ = pair()
+    a.poll_s = b.poll_s = 0.1
+    a.elect_once()
+    b.elect_once()
+    assert b.period(b.may_decide()) == 0.1
+    assert a.period(a.may_decide()) == 0.1  # just elected
+    mono[0] += 0.3
+    assert a.period(a.may_decide()) == 0.1
+    mono[0] += 0.3  # tau (0.5 s) after the election
+    a.elect_once()
+    assert a.period(a.may_decide()) == 0.5
+    assert a.period(False) == 0.1  # not leading (any more): poll

@@ -149,3 +149,18 @@ def test_the_leader_epoch_travels_on_the_wire_only_when_elected() -> None:
     bad = {**reply_to_wire(elected), "leader_epoch": -1}
     with pytest.raises(ValueError, match="leader_epoch"):
         reply_from_wire(bad)
+
+
+def test_every_change_of_the_applied_epoch_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import re
+
+    from leveller.agent.fencing import APPLIED_FORMAT
+
+    fence = EpochFence()
+    with caplog.at_level(logging.INFO, logger="leveller.agent.fencing"):
+        for t, e in ((1.5, 2), (2.0, 2), (3.25, 5), (4.0, 5)):
+            fence.note_applied(t, e)
+    pattern = re.compile(APPLIED_FORMAT.replace("%d", r"(\d+)").replace("%.6f", r"([0-9.]+)"))
+    found = [pattern.fullmatch(r.getMessage()) for r in caplog.records]
+    assert [(float(m[2]), int(m[1])) for m in found if m] == [(1.5, 2), (3.25, 5)] and len(found) == 2

@@ -133,3 +133,14 @@ def test_protobuf_watch(served: tuple[Controller, str]) -> None:
     assert [f.key for f in reply_from_proto(out, ["j1"]).flows] == [KEY]
     code, details = call(address, watch, pb.WatchRequest(host="h1", epoch=0, wait_s=99).SerializeToString())
     assert code == grpc.StatusCode.INVALID_ARGUMENT and str(details).startswith("wait_s:"), details
+
+
+@pytest.mark.parametrize("leader_epoch", [0, 1, 42, 2**40])
+def test_protobuf_levels_carry_the_leader_epoch(leader_epoch: int) -> None:
+    """A protobuf agent fences by the epoch like a JSON one: LevelsReply carries it both ways."""
+    from leveller.model.messages import LevelsReply
+    from leveller.rpc.protowire import reply_to_proto
+
+    reply = LevelsReply(epoch=7, lease_s=2.0, dscp_by_level=(0, 8), flows=(), leader_epoch=leader_epoch)
+    assert pb.LevelsReply.FromString(reply_to_proto(reply)).leader_epoch == leader_epoch
+    assert reply_from_proto(reply_to_proto(reply)).leader_epoch == leader_epoch
