@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from leveller.codec import SchemaError, decode, encode
+from leveller.codec import SchemaError, decode, encode, encode_in_chunks
 from leveller.controller.leadership import NotLeader
 from leveller.model.errors import CallFailed
 from leveller.model.limits import MAX_MESSAGE_BYTES
@@ -81,6 +81,10 @@ class RpcFailure(CallFailed):
         super().__init__(f"{code.name if code else 'BAD_REPLY'}: {details}")
         self.code = code
         self.details = details
+
+
+def _let_others_run() -> None:
+    time.sleep(0)  # releases the interpreter lock: a waiting thread (a report) runs
 
 
 def _reply_method(method: str) -> str:
@@ -165,7 +169,8 @@ class _Service:
                 return protowire.status_to_proto(self.handler.status(now))
             if decode(body, self.max_bytes) != {"v": VERSION}:
                 raise SchemaError("(body)", f"a status request is {{\"v\": {VERSION}}}")
-            return self.handler.status(now)
+            # the flows a few hundred at a time, handing the interpreter lock to the reports in between
+            return encode_in_chunks(self.handler.status(now), "flows", _let_others_run)
         return self._call(STATUS, body, md, work)
 
 

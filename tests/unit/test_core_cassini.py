@@ -211,3 +211,77 @@ def test_search_is_never_worse_than_no_shift_and_reports_its_own_score(case) -> 
     assert cassini.compatibility(jobs, rot, 0.1, CAP) == pytest.approx(best, abs=1e-9)
     assert rot[jobs[0].name] == 0.0
     assert all(0 <= rot[j.name] < j.period_s for j in jobs)
+
+
+# --- every refusal says what is wrong, in full -------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: CircleJob("", 1.0, ()), "circle job name must be a non-empty string"),
+    (lambda: CircleJob("j", 0, ()), "job 'j': period_s must be > 0, got 0"),
+    (lambda: CircleJob("j", 1.0, ((0.0, 0.5),)),
+     "job 'j': an arc is (start_s, duration_s, demand_fraction), got (0.0, 0.5)"),
+    (lambda: CircleJob("j", 1.0, ((1.0, 0.1, 0.5),)), "job 'j': arc start_s must be in [0, period_s), got 1.0"),
+    (lambda: CircleJob("j", 1.0, ((0.0, 0.0, 0.5),)), "job 'j': arc duration_s must be in (0, period_s], got 0.0"),
+    (lambda: CircleJob("j", 1.0, ((0.0, 0.5, 1.5),)), "job 'j': arc demand_fraction must be in (0, 1], got 1.5"),
+    (lambda: CircleJob("j", 1.0, ((0.0, 0.5, 0.0),)), "job 'j': arc demand_fraction must be in (0, 1], got 0.0"),
+    (lambda: cassini.unified_period([1.0], 0, 10), "quantum_s must be > 0, got 0"),
+    (lambda: cassini.unified_period([1.0], 0.1, 0), "lcm_cap must be > 0, got 0"),
+    (lambda: cassini.unified_period([], 0.1, 10), "need at least one period"),
+    (lambda: cassini.unified_period([1.0, 0.0], 0.1, 10), "periods must be > 0, got 0.0"),
+    (lambda: cassini.link_rotations([], Q, CAP), "need at least one job on the link"),
+    (lambda: cassini.link_rotations([half("a"), half("a")], Q, CAP),
+     "a job appears twice on one link (merge its arcs): ['a', 'a']"),
+    (lambda: cassini.compatibility([half("a")], {"b": 0.1, "c": 0.0}, Q, CAP),
+     "rotations given for jobs not on the link: ['b', 'c']"),
+    (lambda: cassini.link_rotations([half("a")], Q, CAP, angles=0), "angles must be >= 1, got 0"),
+    (lambda: cassini.link_rotations([half("a")], Q, CAP, sweeps=-1), "sweeps must be >= 0, got -1"),
+    (lambda: cassini.bfs_shifts({"l": {"x": 0.0}}, {}), "job 'x' on link 'l' has no period"),
+    (lambda: cassini.job_shifts({"l1": [half("a", 1.0)], "l2": [half("a", 2.0)]}, Q, CAP),
+     "job 'a' has period 1.0 on one link and 2.0 on link 'l2'"),
+    (lambda: cassini.shared_link_shifts({"l": [half("a"), half("b")]}, quantum_fraction=0),
+     "quantum_fraction must be in (0, 1], got 0"),
+    (lambda: cassini.shared_link_shifts({"l": [half("a"), half("b")]}, lcm_periods=0.5),
+     "lcm_periods must be >= 1, got 0.5"),
+])
+def test_refusals_name_the_value_and_the_rule(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UserError) as exc:
+        call()
+    assert str(exc.value) == message
+
+
+def test_job_shifts_search_with_link_rotations_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """job_shifts' own defaults are link_rotations' (72 angles, 4,096 combinations, 3 sweeps)."""
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(cassini.link_rotations).parameters.items()
+                if k in ("angles", "max_exhaustive", "sweeps")}
+    seen: list[tuple] = []
+    original = cassini.link_rotations
+
+    def spy(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps):  # type: ignore[no-untyped-def]
+        seen.append((angles, max_exhaustive, sweeps))
+        return original(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+
+    monkeypatch.setattr(cassini, "link_rotations", spy)
+    cassini.job_shifts({"l": [half("a"), half("b")]}, Q, CAP)
+    assert seen == [(defaults["angles"], defaults["max_exhaustive"], defaults["sweeps"])] == [(72, 4096, 3)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(links(), st.integers(0, 3))
+def test_greedy_search_keeps_the_first_job_in_place(case, sweeps: int) -> None:
+    """Greedy placement and coordinate ascent move every job but the first (rotating all together changes
+    nothing), and report the score of the rotations they return."""
+    jobs, _ = case
+    best, rot = cassini.link_rotations(jobs, 0.1, CAP, max_exhaustive=0, sweeps=sweeps)
+    assert rot[jobs[0].name] == 0.0
+    assert cassini.compatibility(jobs, rot, 0.1, CAP) == pytest.approx(best, abs=1e-9)
+
+
+def test_coordinate_ascent_never_moves_the_first_job() -> None:
+    """A link where moving the first job would raise the score: the sweeps move only the others."""
+    jobs = [CircleJob("j0", 0.4, ((0.12, 0.36, 0.25), (0.24, 0.32, 0.5))),
+            CircleJob("j1", 0.6, ((0.54, 0.24, 0.25),)), CircleJob("j2", 0.5, ((0.25, 0.35, 0.5),))]
+    best, rot = cassini.link_rotations(jobs, 0.1, CAP, max_exhaustive=0)
+    assert rot["j0"] == 0.0
+    assert cassini.compatibility(jobs, rot, 0.1, CAP) == pytest.approx(best, abs=1e-9)

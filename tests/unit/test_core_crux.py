@@ -271,3 +271,72 @@ def test_compressed_levels_respect_priority_between_contending_jobs(case) -> Non
     assert cut_value(levels, edges) >= cut_value(alone, edges) - 1e-9
     if cut_value(levels, edges) == cut_value(alone, edges):
         assert levels == alone  # ties go to the earlier sample: the priority order
+
+
+# --- every refusal says what is wrong, in full -------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: crux.gpu_intensity(0, 1, 1), "gpus must be >= 1, got 0"),
+    (lambda: crux.gpu_intensity(1, -1, 1), "compute_s must be >= 0, got -1"),
+    (lambda: crux.gpu_intensity(1, 1, 0), "bottleneck_time_s must be > 0, got 0"),
+    (lambda: crux.CruxJob("", 1, 1, 1), "job name must be a non-empty string"),
+    (lambda: crux.CruxJob("j", 0, 1, 1), "job 'j': gpus must be >= 1, got 0"),
+    (lambda: crux.CruxJob("j", 1, -1, 1), "job 'j': compute_s must be >= 0, got -1"),
+    (lambda: crux.CruxJob("j", 1, 1, 0), "job 'j': comm_s must be > 0, got 0"),
+    (lambda: crux.CruxJob("j", 1, 1.0, 1.0, slack_s=1.5), "job 'j': slack_s must be in [0, compute_s=1.0], got 1.5"),
+    (lambda: crux.CruxJob("j", 1, 1.0, 1.0, slack_s=-0.5), "job 'j': slack_s must be in [0, compute_s=1.0], got -0.5"),
+    (lambda: crux.CruxJob("j", 1, 1, 1, traffic=-1), "job 'j': traffic must be >= 0, got -1"),
+    (lambda: crux.link_times(JOB1, JOB2, 0), "window_s must be > 0, got 0"),
+    (lambda: crux.correction_factors([JOB1, JOB2, JOB1, JOB2]), "job names must be unique, repeated: ['1', '2']"),
+    (lambda: crux.reference_job([]), "need at least one job"),
+    (lambda: crux.correction_factors([JOB1, JOB2], window_iterations=0), "window_iterations must be >= 1, got 0"),
+    (lambda: crux.correction_factors([JOB1, JOB2], k_max=0.5), "k_max must be >= 1, got 0.5"),
+    (lambda: crux.least_congested_path([["a"], ["zz"]], {}, CAP), "link 'zz' has no capacity"),
+    (lambda: crux.least_congested_path([["x"]], {}, {"x": 0.0}), "capacity of link 'x' must be > 0, got 0.0"),
+    (lambda: crux.least_congested_path([], {}, CAP), "need at least one candidate path"),
+    (lambda: crux.least_congested_path([["a"]], {}, CAP, demand=-1.0), "demand must be >= 0, got -1.0"),
+    (lambda: crux.assign_paths([("f", [["a"]], 1.0), ("f", [["b"]], 1.0)], CAP), "request 'f' appears twice"),
+    (lambda: crux.max_k_cut_dp(["a"], {}, 0), "levels k must be >= 1, got 0"),
+    (lambda: crux.max_k_cut_dp(["a", "b", "a"], {}, 2), "order repeats a node: ['a', 'b', 'a']"),
+    (lambda: crux.max_k_cut_dp(["a"], {("a", "z"): 1.0}, 2), "edge ('a', 'z') has a node outside the order"),
+    (lambda: crux.max_k_cut_dp(["b", "a"], {("a", "b"): 1.0}, 2),
+     "edge ('a', 'b') goes backwards: the order is not topological"),
+    (lambda: crux.max_k_cut_dp(["a", "b"], {("a", "a"): 1.0}, 2),
+     "edge ('a', 'a') goes backwards: the order is not topological"),
+    (lambda: crux.max_k_cut_dp(["a", "b"], {("a", "b"): -1.0}, 2), "edge ('a', 'b') weight must be >= 0, got -1.0"),
+    (lambda: crux.contention_dag({"A": 1.0}, {"A": 1.0}, [("A", "Z")]), "contending job 'Z' has no priority"),
+    (lambda: crux.contention_dag({"A": 1.0, "Z": 1.0}, {"A": 1.0}, [("A", "Z")]),
+     "contending job 'Z' has no intensity"),
+    (lambda: crux.compress_levels({"A": 1.0}, {"A": 1.0}, [], 0), "levels k must be >= 1, got 0"),
+    (lambda: crux.compress_levels({"A": 1.0}, {"A": 1.0}, [], 2, samples=0), "samples must be >= 1, got 0"),
+])
+def test_refusals_name_the_value_and_the_rule(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UserError) as exc:
+        call()
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize("traffic", [0, 0.5, Fraction(1, 3)])
+def test_any_traffic_from_zero_up_is_accepted_and_picks_the_reference(traffic: float) -> None:
+    quiet = crux.CruxJob("q", 1, 1, 1, traffic=traffic)
+    loud = crux.CruxJob("l", 1, 1, 1, traffic=1)
+    assert quiet.volume == traffic and crux.reference_job([quiet, loud]) is loud
+
+
+def test_compression_samples_ten_orders_by_default() -> None:
+    """A DAG whose 11th sampled order (seed 0) cuts more than the first ten: the default stops at ten."""
+    pr = {"j0": 4.0, "j1": 2.0, "j2": 4.0, "j3": 1.0, "j4": 2.0, "j5": 5.0, "j6": 3.0}
+    intensity = {"j0": 1.0, "j1": 6.0, "j2": 3.0, "j3": 4.0, "j4": 2.0, "j5": 2.0, "j6": 4.0}
+    contends = [("j0", "j1"), ("j0", "j2"), ("j0", "j3"), ("j0", "j5"), ("j1", "j3"), ("j1", "j4"), ("j1", "j5"),
+                ("j2", "j4"), ("j3", "j4"), ("j3", "j5"), ("j4", "j5"), ("j5", "j6")]
+    edges = crux.contention_dag(pr, intensity, contends)
+    ten = crux.compress_levels(pr, intensity, contends, 2, samples=10)
+    eleven = crux.compress_levels(pr, intensity, contends, 2, samples=11)
+    assert cut_value(eleven, edges) > cut_value(ten, edges)
+    assert crux.compress_levels(pr, intensity, contends, 2) == ten
+
+
+def test_dp_takes_weights_from_zero_and_an_empty_order() -> None:
+    assert crux.max_k_cut_dp([], {}, 3) == (0.0, {})
+    assert crux.max_k_cut_dp(["a", "b"], {("a", "b"): 0.0}, 2) == (0.0, {"a": 1, "b": 1})  # no gain: one group
+    assert crux.max_k_cut_dp(["a", "b"], {("a", "b"): 0.5}, 2) == (0.5, {"a": 1, "b": 0})

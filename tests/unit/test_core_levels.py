@@ -213,3 +213,22 @@ def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:
     by_rate = [j for _, _, j in sorted((rates[int(j[1:])], pos, j) for pos, j in enumerate(jobs))]
     inp = parse_input(data)
     assert dict(zip(inp.names, decide_levels(inp, k))) == oracle_levels(by_rate, flows, k)
+
+
+# ---- every refusal says what is wrong, in full ------------------------------------------------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: levels_module.prune(np.zeros(1), np.array([0]), np.array([0]), 1, 0),
+     "number of levels K must be >= 1, got 0"),
+    (lambda: levels_module.prune(np.zeros(2), np.array([0, 1]), np.array([0]), 1, 2),
+     "incidence arrays differ in length: 2 flows, 1 links"),
+    (lambda: levels_module.prune(np.zeros(2), np.array([0, -1]), np.array([0, 0]), 1, 2),
+     "incidence refers to a flow or link id out of range"),
+    (lambda: assign_levels(ORDER, fig6_flows(), 0), "number of levels K must be >= 1, got 0"),
+    (lambda: assign_levels(["J1", "J2", "J1"], fig6_flows(), 2), "job order has duplicates: ['J1', 'J2', 'J1']"),
+    (lambda: assign_levels(["J1", "J3"], fig6_flows(), 2), "flows name jobs missing from the order: ['J2', 'J4']"),
+])
+def test_refusals_name_the_value_and_the_rule(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError) as exc:
+        call()
+    assert str(exc.value) == message

@@ -259,3 +259,233 @@ def test_bad_runs_are_refused_with_their_message() -> None:
 def test_defaults_are_the_papers_1500_cycles() -> None:
     res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"))
     assert res.horizon == 1500 * 2 and res.iterations == (1500,)
+
+
+# ---- the floor, starvations, R windows, the switching rule and progress, by hand-derived runs ----------
+
+
+def test_floor_keeps_a_share_for_the_lower_level() -> None:
+    # K = 2, floor 1/4: from t = 1 job 1 (first on a tie of R) sends at 3/4, job 2 at 1/4, both "share".
+    # Job 1 ends at 1 + 1 / (3/4) = 7/3, having left job 2 1 - 1/3 = 2/3; job 2, now alone (and first by R),
+    # sends it at the full rate until 3. Job 1 computes [7/3, 10/3) and sends alone from 10/3.
+    res = simulate_link(PAIR, make_policy("leveller"), cycles=2, levels=2, floor=F(1, 4), record_until=F(4))
+    assert by_job(res, 0) == [("compute", F(0), F(1)), ("share", F(1), F(7, 3)), ("compute", F(7, 3), F(10, 3)),
+                              ("send", F(10, 3), F(4))]
+    assert by_job(res, 1) == [("compute", F(0), F(1)), ("share", F(1), F(7, 3)), ("send", F(7, 3), F(3)),
+                              ("compute", F(3), F(4))]
+    assert res.iterations == (1, 1)
+    strict = simulate_link(PAIR, make_policy("leveller"), cycles=2, levels=2, record_until=F(4))
+    assert by_job(strict, 1)[1] == ("wait", F(1), F(2))  # without the floor the lower job waits
+
+
+@pytest.mark.parametrize("levels,floor,message", [
+    (3, F(1, 2), "floor = 1/2 is invalid; 0 <= floor and (K - 1) x floor < 1 (K = 3)"),
+    (2, F(-1, 10), "floor = -1/10 is invalid; 0 <= floor and (K - 1) x floor < 1 (K = 2)"),
+    (None, F(1), "floor = 1 is invalid; 0 <= floor and (K - 1) x floor < 1 (K = 2)"),  # K = one per job
+])
+def test_a_floor_the_levels_cannot_all_keep_is_refused(levels: int | None, floor: F, message: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        simulate_link(PAIR, make_policy("leveller"), levels=levels, floor=floor)
+    assert str(exc.value) == message
+
+
+def test_the_largest_floor_below_the_bound_runs() -> None:
+    res = simulate_link(PAIR, make_policy("leveller"), cycles=2, levels=3, floor=F(49, 100))
+    assert res.iterations == (1, 1)
+
+
+def test_a_starved_job_waits_until_its_starvation_ends() -> None:
+    # C = M = 1, starved in [1, 3): computes [0, 1), waits [1, 3), sends [3, 4), ... ends at 4 and 6.
+    from leveller.sim.link import Starve
+
+    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=3, starve=[Starve(0, F(1), F(3))],
+                        record_until=F(6), record_ends=True)
+    assert by_job(res, 0) == [("compute", F(0), F(1)), ("wait", F(1), F(3)), ("send", F(3), F(4)),
+                              ("compute", F(4), F(5)), ("send", F(5), F(6))]
+    assert res.iterations == (2,) and res.ends == ((F(4), F(6)),) and res.events == 5
+    assert res.events <= event_bound(res.jobs, 3, None, starvations=1)
+
+
+def test_a_starvation_starting_mid_send_stops_it_there() -> None:
+    from leveller.sim.link import Starve
+
+    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=2,
+                        starve=[Starve(0, F(3, 2), F(5, 2))], record_until=F(4), record_ends=True)
+    assert by_job(res, 0) == [("compute", F(0), F(1)), ("send", F(1), F(3, 2)), ("wait", F(3, 2), F(5, 2)),
+                              ("send", F(5, 2), F(3)), ("compute", F(3), F(4))]
+    assert res.ends == ((F(3),),)
+
+
+def test_the_others_have_the_link_to_themselves_while_one_job_starves() -> None:
+    from leveller.sim.link import Starve
+
+    res = simulate_link(PAIR, make_policy("fair"), cycles=3, starve=[Starve(0, F(0), F(100))], record_until=F(6))
+    assert res.iterations == (0, 3) and res.rates == (F(0), F(1))
+    assert [k for k, _, _ in by_job(res, 1)] == ["compute", "send"] * 3  # the full rate, never shared
+
+
+def test_starvations_of_other_jobs_or_other_times_change_nothing() -> None:
+    from leveller.sim.link import Starve
+
+    plain = simulate_link(PAIR, make_policy("leveller"), cycles=5, record_until=F(10), record_ends=True)
+    late = simulate_link(PAIR, make_policy("leveller"), cycles=5, record_until=F(10), record_ends=True,
+                         starve=[Starve(1, F(50), F(60))])
+    assert (late.iterations, late.ends, late.segments) == (plain.iterations, plain.ends, plain.segments)
+
+
+def test_bad_starvations_are_refused_with_their_message() -> None:
+    from leveller.sim.link import Starve
+
+    for start, end in ((F(2), F(2)), (F(-1), F(1)), (F(3), F(2))):
+        with pytest.raises(ValueError) as exc:
+            Starve(0, start, end)
+        assert str(exc.value) == f"a starvation needs 0 <= start < end, got [{start}, {end})"
+    for job in (2, -1):
+        with pytest.raises(ValueError) as exc:
+            simulate_link(PAIR, make_policy("fair"), starve=[Starve(job, F(0), F(1))])
+        assert str(exc.value) == f"starvation of job index {job}: there are 2 jobs"
+    assert Starve(0, F(0), F(1)).start == 0  # a starvation from the start is allowed
+
+
+def test_event_bound_adds_two_events_per_starvation_and_the_ticks() -> None:
+    job = [LinkJob(F(1), F(1))]
+    assert event_bound(job, 3, None, starvations=2) == event_bound(job, 3, None) + 4
+    assert event_bound(job, 3, F(1, 2)) == event_bound(job, 3, None) + 12  # horizon 6 / tau 1/2
+    assert event_bound(job, 3, 0) == event_bound(job, 3, None)  # tau 0: no ticks
+
+
+def test_iteration_ends_are_kept_only_when_asked() -> None:
+    res = simulate_link(PAIR, make_policy("fair"), cycles=3, record_ends=True)
+    assert res.ends == ((F(3), F(6)), (F(3), F(6)))
+    assert simulate_link(PAIR, make_policy("fair"), cycles=3).ends == ()
+
+
+def _rates_seen(jobs: list[LinkJob], cycles: int, tau: F, **rate: F) -> tuple[list[list[F]], tuple]:
+    """The R the policy is given at each tick (t = 0, tau, 2 tau, ...), and the run's iteration ends."""
+    from leveller.core.policies import LevellerPolicy
+
+    seen: list[list[F]] = []
+
+    class Recording(LevellerPolicy):
+        def order(self, views):  # type: ignore[no-untyped-def]
+            seen.append([v.rate for v in views])
+            return super().order(views)
+
+    res = simulate_link(jobs, Recording(tau=tau), cycles=cycles, record_ends=True, **rate)  # type: ignore[arg-type]
+    return seen, res.ends
+
+
+@pytest.mark.parametrize("rate", [{"rate_window": F(5)}, {"rate_half_life": F(4)}, {}])
+def test_the_policy_ranks_by_the_r_of_the_iteration_ends_so_far(rate: dict[str, F]) -> None:
+    """Against leveller.core.rate fed with the run's own iteration ends: windowed and decayed R see the
+    whole history the window needs (the simulator trims it beyond 64 samples)."""
+    from leveller.core.rate import progress_rate
+
+    jobs = [LinkJob(F(1), F(1)), LinkJob(F(1), F(2)), LinkJob(F(2), F(1))]
+    tau = F(1, 2)
+    seen, ends = _rates_seen(jobs, 100, tau, **rate)  # over 64 iterations of a job: its history is trimmed
+    assert max(len(e) for e in ends) > 70
+    for tick, rates in enumerate(seen):
+        t = tick * tau
+        for i, job in enumerate(jobs):
+            done = [e for e in ends[i] if e <= t]
+            history = [(F(0), 0)] + [(e, k + 1) for k, e in enumerate(done)]
+            want = progress_rate(len(done), job.ideal, 0, t, history, rate.get("rate_window"),
+                                 rate.get("rate_half_life"))
+            if "rate_half_life" in rate:  # decayed R: samples older than the horizon weigh < 1e-4
+                assert float(rates[i]) == pytest.approx(float(want), rel=1e-3), (tick, i)
+            else:  # exact
+                assert rates[i] == want, (tick, i)
+
+
+def test_a_bad_r_window_is_refused_before_the_run() -> None:
+    with pytest.raises(ValueError):
+        simulate_link(PAIR, make_policy("leveller"), rate_window=F(0))
+    with pytest.raises(ValueError):
+        simulate_link(PAIR, make_policy("leveller"), rate_window=F(2), rate_half_life=F(2))
+
+
+def test_the_policy_sees_each_jobs_shape() -> None:
+    from leveller.core.policies import LevellerPolicy
+
+    views: list = []
+
+    class Recording(LevellerPolicy):
+        def order(self, jobs):  # type: ignore[no-untyped-def]
+            views.append(list(jobs))
+            return super().order(jobs)
+
+    jobs = [LinkJob(F(1), F(2), 4), LinkJob(F(3), F(1))]
+    simulate_link(jobs, Recording(), cycles=1)
+    assert [(v.name, v.gpus, v.compute, v.comm) for v in views[0]] == [("1", 4, F(1), F(2)), ("2", 1, F(3), F(1))]
+    assert jobs[0].ideal == F(3) and jobs[1].ideal == F(4)
+
+
+def test_top_job_changes_count_the_new_first_jobs_of_the_orders() -> None:
+    from leveller.core.policies import LevellerPolicy
+
+    firsts: list[str] = []
+
+    class Recording(LevellerPolicy):
+        def order(self, jobs):  # type: ignore[no-untyped-def]
+            out = super().order(jobs)
+            firsts.append(out[0])
+            return out
+
+    res = simulate_link(PRESETS["fig1-trio"], Recording(tau=0), cycles=30)
+    want = sum(a != b for a, b in zip(firsts, firsts[1:]))
+    assert want > 5 and res.top_job_changes == want
+    assert simulate_link(PRESETS["fig1-trio"], make_policy("fair"), cycles=30).top_job_changes == 0
+
+
+def test_the_switching_rule_holds_back_leveller_only() -> None:
+    from leveller.core.switching import SwitchRule
+
+    rule = SwitchRule(delta=0.2, dwell=5.0)
+    trio = PRESETS["fig1-trio"]
+    plain = simulate_link(trio, make_policy("leveller"), cycles=30)
+    held = simulate_link(trio, make_policy("leveller"), cycles=30, switching=rule)
+    assert held.top_job_changes < plain.top_job_changes
+    # the dwell, measured in simulated time: 5 units hold the top job longer than a dwell of almost 0
+    dwell = simulate_link(trio, make_policy("leveller"), cycles=30, switching=SwitchRule(dwell=5.0))
+    brief = simulate_link(trio, make_policy("leveller"), cycles=30, switching=SwitchRule(dwell=1e-9))
+    assert dwell.top_job_changes < brief.top_job_changes
+    for name in ("crux", "fair"):  # orders not by R: the rule does not apply
+        a = simulate_link(trio, make_policy(name), cycles=30, record_until=F(20))
+        b = simulate_link(trio, make_policy(name), cycles=30, record_until=F(20), switching=rule)
+        assert (a.iterations, a.segments) == (b.iterations, b.segments)
+
+
+def test_progress_is_reported_every_2048_events_by_default() -> None:
+    seen: list[float] = []
+    res = simulate_link(PAIR, make_policy("leveller"), cycles=2100, on_progress=seen.append)
+    assert res.events > 2 * 2048
+    assert len(seen) == res.events // 2048 + 1 and seen[-1] == 1.0
+    assert all(0 < x < 1 for x in seen[:-1]) and seen == sorted(seen)
+
+
+def test_levels_default_to_one_per_job() -> None:
+    trio = [LinkJob(F(1), F(1))] * 3  # all three send together from t = 1
+    default = simulate_link(trio, make_policy("leveller"), cycles=4, record_until=F(12))
+    three = simulate_link(trio, make_policy("leveller"), cycles=4, levels=3, record_until=F(12))
+    assert default.segments == three.segments and default.iterations == three.iterations
+    assert "share" not in {s.kind for s in three.segments}  # three levels: one sender at a time
+    # K is the number of jobs exactly: a floor of 1/2 fits K = 2, not K = 3
+    assert simulate_link(PAIR, make_policy("leveller"), cycles=2, floor=F(1, 2)).iterations == (1, 1)
+    with pytest.raises(ValueError, match=r"\(K = 3\)"):
+        simulate_link(trio, make_policy("leveller"), floor=F(1, 2))
+
+
+def test_result_records_its_inputs_and_the_cumulative_rates() -> None:
+    jobs = (LinkJob(F(1), F(1)), LinkJob(F(1), F(2)))
+    res = simulate_link(list(jobs), make_policy("crux"), cycles=10)
+    assert res.policy == "crux" and res.jobs == jobs and res.horizon == 30
+    assert res.rates == tuple(F(n) * j.ideal / 30 for n, j in zip(res.iterations, jobs))
+
+
+def test_progress_is_reported_at_the_2048th_event() -> None:
+    # One job, C = M = 1: two events per iteration, so 1,024 iterations are 2,048 events; the 2,048th
+    # starts the last send at t = 2047 of 2048.
+    seen: list[float] = []
+    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=1024, on_progress=seen.append)
+    assert res.events == 2048 and seen == [2047 / 2048, 1.0]
