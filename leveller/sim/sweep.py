@@ -40,14 +40,9 @@ RESULTS_CSV = "results.csv"
 
 def load_grid(path: str) -> dict[str, Any]:
     """Read and check a grid file; UserError naming the key, the value and what is allowed."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"--grid {path!r}: no such file")
-    try:
-        grid = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--grid {path!r}: not valid JSON ({exc})") from None
-    return check_grid(grid, path)
+    from leveller.sim.network.jsonfile import read_json
+
+    return check_grid(read_json(path, "--grid"), path)
 
 
 def check_grid(grid: Any, where: str = "grid") -> dict[str, Any]:

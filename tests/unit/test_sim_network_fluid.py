@@ -44,14 +44,10 @@ def test_inactive_flows_get_nothing_and_take_nothing() -> None:
     assert r.tolist() == pytest.approx([10.0, 0.0])
 
 
-def test_sparse_and_dense_incidence_agree(monkeypatch) -> None:
-    paths = [[0, 1], [1, 2], [2], [0, 2], [1]]
-    cap = [5.0, 7.0, 3.0]
-    _, dense = rates_of(paths, cap, levels=[0, 1, 0, 1, 0])
-    monkeypatch.setattr("leveller.sim.network.fluid.DENSE_MAX", 0)
-    inc, sparse = rates_of(paths, cap, levels=[0, 1, 0, 1, 0])
-    assert not isinstance(inc.flows_links, np.ndarray)
-    assert sparse.tolist() == pytest.approx(dense.tolist())
+def test_a_link_listed_twice_in_a_path_counts_once() -> None:
+    inc, r = rates_of([[0, 0, 1], [0]], [10.0, 8.0])
+    assert r.tolist() == pytest.approx([5.0, 5.0])
+    assert link_load(inc, r).tolist() == pytest.approx([10.0, 5.0])
 
 
 @st.composite

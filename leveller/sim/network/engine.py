@@ -97,7 +97,7 @@ class SimResult:
         return [j.rate for j in self.jobs if j.rate is not None and j.measured]
 
     def summary(self) -> dict:
-        """The ``leveller simulate network --json`` object (DESIGN.md contract)."""
+        """The ``leveller simulate network --json`` object (the contract in docs/api.md)."""
         r = np.asarray(self.rates)
         stats = {"min": float(r.min()), "avg": float(r.mean()), "p10": float(np.percentile(r, 10))} if len(r) \
             else {"min": None, "avg": None, "p10": None}

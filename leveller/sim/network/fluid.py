@@ -17,15 +17,21 @@ the whole capacity elsewhere (a fluid approximation: a higher level held back
 elsewhere is not counted). A level alone on its links is not affected by the
 floor; F = 0 is the paper's model.
 
-Vectorised over a flows x links incidence matrix (scipy.sparse): one round per
-distinct bottleneck, two sparse products per round.
+Vectorised over the (flow, link) pairs of a flows x links incidence: one round per
+distinct bottleneck, a few ``np.bincount`` passes per round.
+
+Incremental filling (:class:`Refill`): every rule above acts link by link, so the
+allocation splits exactly over the connected parts of the active flows (two
+active flows are connected when they share a link, transitively). When some
+flows start, stop or change level, only the parts they belong to, before and
+after, are filled again; the rest keep their rates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,29 +41,40 @@ import scipy.sparse as sp
 TIE = 1e-9
 
 
-DENSE_MAX = 40_000  # flows x links up to which plain numpy arrays beat scipy.sparse (call overhead)
-
-
 @dataclass(frozen=True)
 class Incidence:
-    """Flows x links 0/1 matrix and its transpose (dense arrays when small, CSR otherwise)."""
+    """Flows x links 0/1 incidence as its (flow, link) pairs, sorted by flow, each pair once."""
 
-    flows_links: Any
-    links_flows: Any
+    e_flow: np.ndarray
+    e_link: np.ndarray
     n_flows: int
     n_links: int
 
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int]], n_links: int) -> Incidence:
         """Row f has a 1 in every column (link id) of ``paths[f]``; a link listed twice counts once."""
-        rows = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
+        rows = np.repeat(np.arange(len(paths), dtype=np.int64), [len(p) for p in paths])
         cols = np.fromiter((lk for p in paths for lk in p), dtype=np.int64, count=len(rows))
-        m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(paths), n_links))
-        m.data[:] = 1.0  # duplicates were summed
-        if len(paths) * n_links <= DENSE_MAX:
-            dense = m.toarray()
-            return cls(dense, np.ascontiguousarray(dense.T), len(paths), n_links)
-        return cls(m, m.T.tocsr(), len(paths), n_links)
+        if len(rows):
+            pair = np.unique(rows * max(n_links, 1) + cols)  # sorted by flow, duplicates dropped
+            rows, cols = pair // max(n_links, 1), pair % max(n_links, 1)
+        return cls(rows, cols, len(paths), n_links)
+
+    @cached_property
+    def flows_links(self) -> sp.csr_matrix:
+        """The incidence as a sparse flows x links matrix."""
+        return sp.csr_matrix((np.ones(len(self.e_flow)), (self.e_flow, self.e_link)),
+                             shape=(self.n_flows, self.n_links))
+
+    @cached_property
+    def links_flows(self) -> sp.csr_matrix:
+        """Its transpose (``links_flows @ rates``: the load of every link)."""
+        return self.flows_links.T.tocsr()
+
+    @cached_property
+    def has_link(self) -> np.ndarray:
+        """Per flow: it crosses at least one link."""
+        return np.bincount(self.e_flow, minlength=self.n_flows) > 0
 
 
 def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, active: np.ndarray,
@@ -70,55 +87,135 @@ def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, activ
     highest level, K-1; None: the highest active one), see the module docstring.
     """
     rates = np.zeros(inc.n_flows)
-    act = np.flatnonzero(active)
-    if not len(act):
-        return rates
-    residual = np.array(capacity, dtype=float)
-    lv = level[act]
-    lo, hi = lv.min(), lv.max()
-    reserved: dict[int, np.ndarray] = {}
-    if floor > 0 and lo != hi:  # a level alone is not affected by its floor
-        cap = np.asarray(capacity, dtype=float)
-        for this in np.unique(lv):
-            if this < (hi if top is None else top):
-                above = (inc.links_flows @ (active & (level > this)).astype(float)) > 0
-                share = np.zeros(inc.n_flows)
-                _fill(inc, np.where(above, cap * floor, cap), active & (level == this), share)
-                reserved[int(this)] = np.minimum(link_load(inc, share), cap * floor)
-        for r in reserved.values():
-            residual -= r
-        np.maximum(residual, 0.0, out=residual)
-    for this in ([hi] if lo == hi else np.unique(lv)[::-1]):
-        unfrozen = active.copy() if lo == hi else active & (level == this)
-        if int(this) in reserved:
-            residual += reserved[int(this)]  # the level's own reservation comes back to it
-        _fill(inc, residual, unfrozen, rates)
+    _rates(inc.e_flow, inc.e_link, inc.n_flows, inc.n_links, capacity, level, np.asarray(active, dtype=bool),
+           floor, top, rates)
     return rates
 
 
-def _fill(inc: Incidence, residual: np.ndarray, unfrozen: np.ndarray, rates: np.ndarray) -> None:
-    """Progressive filling of the ``unfrozen`` flows on ``residual`` (both updated in place), their
-    rates written to ``rates``: max-min fair among them."""
-    left = int(np.count_nonzero(unfrozen))
-    while left:
-        counts = inc.links_flows @ unfrozen.astype(float)
-        used = np.flatnonzero(counts)
-        if not len(used):  # flows that cross no link are not limited by the network
-            rates[unfrozen] = np.inf
-            break
+def _rates(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, capacity: np.ndarray,
+           level: np.ndarray, active: np.ndarray, floor: float, top: int | None, rates: np.ndarray) -> None:
+    """:func:`max_min_rates` of the ``active`` flows on the pairs given, written into ``rates``
+    (the entries of the other flows are left alone)."""
+    act = np.flatnonzero(active)
+    if not len(act):
+        return
+    keep = active[e_flow]
+    e_flow, e_link = e_flow[keep], e_link[keep]
+    residual = np.array(capacity, dtype=float)
+    lv = level[act]
+    lo, hi = lv.min(), lv.max()
+    if lo == hi:
+        _fill(e_flow, e_link, n_flows, residual, active.copy(), rates)
+        return
+    levels = np.unique(lv)
+    reserved: dict[int, np.ndarray] = {}
+    if floor > 0:  # a level alone is not affected by its floor
+        cap = np.asarray(capacity, dtype=float)
+        e_level = level[e_flow]
+        for this in levels:
+            if this < (hi if top is None else top):
+                above = np.bincount(e_link[e_level > this], minlength=n_links) > 0
+                share = np.zeros(n_flows)
+                _fill(e_flow, e_link, n_flows, np.where(above, cap * floor, cap), active & (level == this), share)
+                mine = e_level == this
+                load = np.bincount(e_link[mine], weights=_finite(share)[e_flow[mine]], minlength=n_links)
+                reserved[int(this)] = np.minimum(load, cap * floor)
+        for r in reserved.values():
+            residual -= r
+        np.maximum(residual, 0.0, out=residual)
+    for this in levels[::-1]:
+        if int(this) in reserved:
+            residual += reserved[int(this)]  # the level's own reservation comes back to it
+        _fill(e_flow, e_link, n_flows, residual, active & (level == this), rates)
+
+
+def _finite(rates: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(rates), rates, 0.0)
+
+
+def _fill(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, residual: np.ndarray, unfrozen: np.ndarray,
+          rates: np.ndarray) -> None:
+    """Progressive filling of the ``unfrozen`` flows on ``residual`` (both updated in place) over the
+    (flow, link) pairs given, their rates written to ``rates``: max-min fair among them."""
+    n_links = len(residual)
+    live = unfrozen[e_flow]
+    ef, el = e_flow[live], e_link[live]
+    while len(el):
+        counts = np.bincount(el, minlength=n_links)
+        used = counts.nonzero()[0]
         share = residual[used] / counts[used]
         x = max(float(share.min()), 0.0)
-        bottleneck = np.zeros(inc.n_links)
-        bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = 1.0
-        newly = unfrozen & ((inc.flows_links @ bottleneck) > 0)
+        bottleneck = np.zeros(n_links, dtype=bool)
+        bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = True
+        newly = ef[bottleneck[el]]  # the flows crossing a bottleneck (with repeats)
         rates[newly] = x
-        residual -= (inc.links_flows @ newly.astype(float)) * x
+        unfrozen[newly] = False
+        keep = unfrozen[ef]
+        residual -= np.bincount(el[~keep], minlength=n_links) * x
         np.maximum(residual, 0.0, out=residual)
-        unfrozen &= ~newly
-        left -= int(np.count_nonzero(newly))
+        ef, el = ef[keep], el[keep]
+    if unfrozen.any():  # flows that cross no link are not limited by the network
+        rates[unfrozen] = np.inf
+        unfrozen[:] = False
 
 
 def link_load(inc: Incidence, rates: np.ndarray) -> np.ndarray:
     """Sum of the rates of the flows on every link (inf rates count as 0)."""
-    finite = np.where(np.isfinite(rates), rates, 0.0)
-    return inc.links_flows @ finite
+    return np.bincount(inc.e_link, weights=_finite(np.asarray(rates, dtype=float))[inc.e_flow],
+                       minlength=inc.n_links)
+
+
+class Refill:
+    """Rates kept across events: each call fills again only the connected parts of the active flows
+    that a change touches (see the module docstring); equal to :func:`max_min_rates` of the same
+    arguments up to the rounding of ties (TIE)."""
+
+    def __init__(self, inc: Incidence, capacity: np.ndarray, floor: float = 0.0, top: int | None = None) -> None:
+        self.inc = inc
+        self.capacity = np.asarray(capacity, dtype=float)
+        self.floor = floor
+        self.top = top
+        self.level = np.zeros(inc.n_flows, dtype=np.int64)
+        self.active = np.zeros(inc.n_flows, dtype=bool)
+        self.rates = np.zeros(inc.n_flows)
+        self.filled = 0  # flows filled again, summed over calls (a measure of the work done)
+
+    def __call__(self, level: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """The rates for ``level`` and ``active`` now (the array is owned by this object: copy to keep)."""
+        active = np.asarray(active, dtype=bool)
+        changed = (active != self.active) | (active & (level != self.level))
+        if not changed.any():
+            return self.rates
+        inc = self.inc
+        part = self.part(changed, active)
+        self.rates[changed & ~active] = 0.0
+        free = changed & active & ~inc.has_link
+        self.rates[free] = np.inf  # no link: not limited by the network
+        if part.any():
+            keep = part[inc.e_flow]
+            self.rates[part] = 0.0
+            _rates(inc.e_flow[keep], inc.e_link[keep], inc.n_flows, inc.n_links, self.capacity, level, part,
+                   self.floor, self.top, self.rates)
+            self.filled += int(np.count_nonzero(part))
+        self.level = np.array(level, dtype=np.int64)
+        self.active = active
+        return self.rates
+
+    def part(self, changed: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """The active flows connected (through shared links, among active flows) to a link of a
+        ``changed`` flow: the flows whose rates can differ from before."""
+        inc = self.inc
+        on = np.zeros(inc.n_links, dtype=bool)
+        on[inc.e_link[changed[inc.e_flow]]] = True
+        part = np.zeros(inc.n_flows, dtype=bool)
+        e_act = active[inc.e_flow]
+        ef, el = inc.e_flow[e_act], inc.e_link[e_act]
+        while True:
+            reached = ef[on[el]]
+            new = np.zeros(inc.n_flows, dtype=bool)
+            new[reached] = True
+            new &= ~part
+            if not new.any():
+                return part
+            part |= new
+            on[el[new[ef]]] = True

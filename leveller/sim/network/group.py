@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 
 from leveller.core.overlap import effective_level
-from leveller.sim.network.fluid import Incidence, max_min_rates
+from leveller.sim.network.fluid import Incidence, Refill
 from leveller.sim.network.policies import flow_table
 from leveller.sim.network.runjob import TOL, RunJob
 
@@ -56,6 +56,7 @@ class Group:
         c_loc = {lk: i for i, lk in enumerate(c_links)}
         self.c_inc = Incidence.from_paths([[c_loc[lk] for lk in local[f]] for f in coupled], len(c_links))
         self.c_cap = self.cap[np.asarray(c_links, dtype=np.int64)] if c_links else np.zeros(0)
+        self.refill = Refill(self.c_inc, self.c_cap, floor, top)  # fills again only what an event touches
         self.slices: list[slice] = []
         i = 0
         for j in self.jobs:
@@ -94,7 +95,7 @@ class Group:
 
     # --- congestion accounting ----------------------------------------------------
     def _setup_accounting(self, local: list[list[int]]) -> None:
-        """Flows x shared links and jobs x flows matrices; links used by two jobs or more only."""
+        """(flow, shared link) and (job, shared link) pairs; links used by two jobs or more only."""
         n_links = len(self.link_ids)
         use = np.zeros((len(self.jobs), n_links), dtype=bool)
         for i, sl in enumerate(self.slices):
@@ -109,28 +110,31 @@ class Group:
         pairs = [(k, int(col[lk])) for k, p in enumerate(local) for lk in set(p) if col[lk] >= 0]
         self.acc_flow = np.array([k for k, _ in pairs], dtype=np.int64)  # (flow, shared link) pairs
         self.acc_col = np.array([c for _, c in pairs], dtype=np.int64)
-        self.acc_job = self.job_of[self.acc_flow] if len(pairs) else np.zeros(0, dtype=np.int64)
+        acc_job = self.job_of[self.acc_flow] if len(pairs) else np.zeros(0, dtype=np.int64)
         self.acc_links = shared
         self.acc_cap = self.cap[shared]
-        shape = (len(self.jobs), len(shared))
-        self.acc = np.zeros((3,) + shape)  # seconds sending, seconds with another job, utilisation-seconds then
-        self.now_send = np.zeros(shape)
-        self.now_util = np.zeros(len(shared))
-        self.now_both = np.zeros(shape)
+        # (job, shared link) pairs the job has a flow on: the accounting's entries
+        pair, self.acc_pair = np.unique(acc_job * len(shared) + self.acc_col, return_inverse=True)
+        self.pair_job, self.pair_col = pair // len(shared), pair % len(shared)
+        self.acc = np.zeros((3, len(pair)))  # seconds sending, seconds with another job, utilisation-seconds then
+        self.now_send = np.zeros(len(pair))
+        self.now_util = np.zeros(len(pair))
+        self.now_both = np.zeros(len(pair))
 
     def _snapshot(self) -> None:
         """Who sends on which shared link and the links' utilisation, for the rates just computed."""
         if not self.track:
             return
         on = self.active[self.acc_flow]
-        send = np.zeros(self.now_send.shape, dtype=bool)
-        send[self.acc_job[on], self.acc_col[on]] = True
+        send = np.zeros(len(self.pair_job), dtype=bool)
+        send[self.acc_pair[on]] = True
         rate = self.rate[self.acc_flow[on]]
         load = np.bincount(self.acc_col[on], weights=np.where(np.isfinite(rate), rate, 0.0),
                            minlength=len(self.acc_cap))
-        self.now_util = load / self.acc_cap
+        self.now_util = (load / self.acc_cap)[self.pair_col]
         self.now_send = send.astype(float)
-        self.now_both = (send & (send.sum(axis=0) >= 2)).astype(float)
+        senders = np.bincount(self.pair_col[send], minlength=len(self.acc_cap))
+        self.now_both = (send & (senders[self.pair_col] >= 2)).astype(float)
 
     def _account(self, dt: float) -> None:
         if self.track and dt > 0:
@@ -142,11 +146,11 @@ class Group:
         """Add the accumulated congestion figures to the jobs' ``comm_seconds`` and reset them."""
         if not self.track:
             return
-        for i, j in enumerate(self.jobs):
-            for s in np.flatnonzero(self.acc[0, i]):
-                entry = j.comm_seconds.setdefault(int(self.link_ids[self.acc_links[s]]), [0.0, 0.0, 0.0])
-                for q in range(3):
-                    entry[q] += float(self.acc[q, i, s])
+        for k in np.flatnonzero(self.acc[0]):
+            j = self.jobs[int(self.pair_job[k])]
+            entry = j.comm_seconds.setdefault(int(self.link_ids[self.acc_links[self.pair_col[k]]]), [0.0, 0.0, 0.0])
+            for q in range(3):
+                entry[q] += float(self.acc[q, k])
         self.acc[:] = 0.0
 
     # --- state -------------------------------------------------------------
@@ -198,7 +202,7 @@ class Group:
         rate = np.where(self.active & self.solo, self.solo_rate, 0.0)
         if len(self.coupled):
             c = self.coupled
-            rate[c] = max_min_rates(self.c_inc, self.c_cap, level[c], self.active[c], self.floor, self.top)
+            rate[c] = self.refill(level[c], self.active[c])
         self.rate = rate
         self._snapshot()
 

@@ -17,14 +17,13 @@ the field, the value and what is allowed, and is raised before the run.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.sim.network.jsonfile import read_json
 
 FIELDS = {"name", "hosts", "compute", "bytes", "arrival", "iterations", "slack"}
 
@@ -125,14 +124,7 @@ def parse_jobs(data: Any, known_hosts: Sequence[str]) -> list[JobSpec]:
 
 def load_jobs(path: str, known_hosts: Sequence[str]) -> list[JobSpec]:
     """Read and validate a jobs FILE."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"--jobs {path!r}: no such file")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--jobs {path!r}: not valid JSON ({exc})") from None
-    return parse_jobs(data, known_hosts)
+    return parse_jobs(read_json(path, "--jobs"), known_hosts)
 
 
 COLLECTIVES = ("ddp", "fsdp")

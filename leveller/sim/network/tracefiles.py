@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.sim.network.jsonfile import read_json
 
 TIME_FORMATS = ("%Y/%m/%d %H:%M", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M")
 LINGJUN_JOB = ("job_name", "gmt_job_submitted", "gmt_job_running")
@@ -109,13 +110,7 @@ def read_lingjun(directory: str) -> list[TraceJob]:
 
 def read_philly(path: str) -> list[TraceJob]:
     """Jobs of Philly's ``cluster_job_log`` (JSON)."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"philly cluster_job_log: no such file {path!r}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"philly cluster_job_log {path!r}: not valid JSON ({exc})") from None
+    data = read_json(path, "philly cluster_job_log")
     if not isinstance(data, list):
         raise UserError(f"philly cluster_job_log {path!r}: expected a JSON list of jobs")
     out = []
