@@ -18,7 +18,7 @@ the last S seconds) or --rate-half-life S (iterations and time decayed with half
 S) asks for one that forgets: after a disturbance (a job starved for a while by
 traffic LEVELLER does not manage) the cumulative R keeps favouring that job until
 its deficit is repaid, at the others' expense; a decayed R lets it go after a few
-half-lives. See README "Which R". --job-weight JOB=W ranks that job by R / W.
+half-lives. See docs/architecture.md "Which R". --job-weight JOB=W ranks that job by R / W.
 
 With --paths sdn:..., every tau (at most twice a second: reading the queues runs `tc` per
 switch port) the controller also checks that the switch queues took the bytes the
@@ -30,7 +30,7 @@ is a mismatch (a wrong DSCP -> queue map there turns LEVELLER off silently): sho
 level}; it clears once the queue takes 80% again. --no-verify turns the check off.
 
 Any gRPC client can call it: the service is leveller.v1.Controller (leveller/rpc/leveller.proto),
-with server reflection and grpc.health.v1 on (README "Any gRPC client"), e.g.
+with server reflection and grpc.health.v1 on (docs/api.md, "The controller's gRPC service"), e.g.
   grpcurl -plaintext 127.0.0.1:50051 list
   grpcurl -plaintext 127.0.0.1:50051 describe leveller.v1.Controller
 Calls to leveller.v1.Controller need the shared secret's signature or a client certificate;

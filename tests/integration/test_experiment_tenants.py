@@ -1,6 +1,6 @@
 """`leveller experiment tenants`, short: two tenants on the leaf-spine (12 host namespaces, five OVS
 bridges driven by the SDN app, an agent per used host), each job profiled alone, then `fair` and
-`leveller` for 10 s each. The JSON contract of DESIGN.md, the details file and the plot, and that
+`leveller` for 10 s each. The JSON contract of docs/api.md, the details file and the plot, and that
 nothing of the run is left afterwards, also when it is interrupted with Ctrl-C."""
 
 from __future__ import annotations

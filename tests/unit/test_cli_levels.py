@@ -1,4 +1,4 @@
-"""`leveller levels` contract (DESIGN.md), through leveller.cli.main."""
+"""`leveller levels` contract (docs/api.md), through leveller.cli.main."""
 
 import json
 from pathlib import Path

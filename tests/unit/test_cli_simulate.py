@@ -1,4 +1,4 @@
-"""`leveller simulate link` contract (DESIGN.md), through leveller.cli.main."""
+"""`leveller simulate link` contract (docs/api.md), through leveller.cli.main."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""`leveller simulate network` contract (DESIGN.md) and its errors, through leveller.cli.main."""
+"""`leveller simulate network` contract (docs/api.md) and its errors, through leveller.cli.main."""
 
 import json
 from pathlib import Path
