@@ -292,14 +292,9 @@ def controller_argv(cluster: DemoCluster, settings: LiveSettings, jobs: Sequence
 def ha_controllers(cluster: DemoCluster, tag: str, settings: LiveSettings, jobs: Sequence[LiveJob]) -> Iterator[HaSet]:
     """Three etcd members (fresh for the run: no state of another run) and the standby ``c1``; c0 is
     run_policy's controller, started with :meth:`HaSet.controller_args` (0)."""
-    from leveller.demo.live import _process, free_port
+    from leveller.demo.live import _process, free_port, run_work
 
-    work = cluster.work_dir / tag
-    work.mkdir(parents=True, exist_ok=True)
-    secret = cluster.work_dir / "secret"
-    if not secret.exists():
-        secret.write_text(os.urandom(24).hex())
-        secret.chmod(0o600)
+    work, _secret = run_work(cluster, tag)  # c1 reads the secret file run_policy's controller reads
     with EtcdNetns(work / "etcd") as etcd:
         outs = {"c0": work / "controller.jsonl", "c1": work / "controller-c1.jsonl"}
         ha = HaSet(etcd, [free_port(), free_port()], outs)

@@ -183,6 +183,17 @@ def profile_alone(cluster: DemoCluster, job: LiveJob, settings: LiveSettings, ti
     return ideal_from_alone(logs[job.name])
 
 
+def run_work(cluster: DemoCluster, tag: str) -> tuple[Path, Path]:
+    """The run's work directory (made) and the cluster's shared secret file (made once, mode 0600)."""
+    work = cluster.work_dir / tag
+    work.mkdir(parents=True, exist_ok=True)
+    secret = cluster.work_dir / "secret"
+    if not secret.exists():
+        secret.write_text(os.urandom(24).hex())
+        secret.chmod(0o600)
+    return work, secret
+
+
 def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJob], ideal: dict[str, float],
                settings: LiveSettings, tick: Tick = _noop,
                background: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
@@ -196,12 +207,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
     disturbs them); ``controller_args`` go to `leveller controller` (listening on ``port``, default a
     free one); without ``declare_ideal`` the agents declare no ideal time (the controller profiles the
     jobs); ``compute_changes``: job -> (seconds after its start, new compute seconds)."""
-    work = cluster.work_dir / tag
-    work.mkdir(parents=True, exist_ok=True)
-    secret = cluster.work_dir / "secret"
-    if not secret.exists():
-        secret.write_text(os.urandom(24).hex())
-        secret.chmod(0o600)
+    work, secret = run_work(cluster, tag)
     port = port or free_port()
     bound = str(settings.seconds + 60)  # every process ends by itself even if we vanish
     ctl_argv = _cli("controller", "--listen", f"127.0.0.1:{port}", "--secret-file", str(secret),
