@@ -3,8 +3,9 @@
 Real parts end to end: a veth pair between two fresh namespaces; in the
 sender namespace two iperf3 UDP flows (job "probe" to port 5201, job "other"
 to 5202); a `leveller agent` process with the eBPF datapath on the sender's
-veth; a controller (leveller.controller.service.Controller, real leveller
-policy, K=2) serving gRPC on loopback. Each sample bumps one job's
+veth; a controller built as `leveller controller` builds it
+(leveller.controller.app, real leveller policy, K=2, the paper's switching
+rule) serving gRPC on loopback. Each sample bumps one job's
 iterations in the agent's log so the lowest-R job changes, waits until the
 controller has that report, waits a random fraction of the report interval
 (so samples are not phase-locked to reports), timestamps the decision
@@ -318,9 +319,8 @@ def _wait(cond: Callable[[], Any], timeout_s: float, what: str, step_s: float = 
 def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, seed: int = 1,
         progress: Progress | None = None) -> LatencyResult:
     """Measure ``samples`` decision -> wire latencies (see module doc)."""
+    from leveller.controller.app import ControllerConfig, build_controller, check
     from leveller.controller.paths import SingleLinkPaths
-    from leveller.controller.service import Controller
-    from leveller.core.policies import make_policy
     from leveller.core.qos import default_level_map
     from leveller.rpc.transport import serve
     from leveller.testbed.vethpair import VethPair
@@ -335,7 +335,11 @@ def run(samples: int = 100, report_interval_s: float = 0.25, push: bool = True, 
     agent: subprocess.Popen[bytes] | None = None
     with tempfile.TemporaryDirectory(prefix="leveller-bench-levels-") as tmp, VethPair(prefix="lvb") as pair, \
             WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), PROBE_PORT) as wire:  # forks: before gRPC starts
-        ctl = Controller(SingleLinkPaths(), make_policy("leveller"), level_map, tau_s=1.0, lease_s=600.0)
+        # as `leveller controller --levels 2 --lease 600 --switch-delta 0 --switch-dwell 0` builds it: every
+        # sample's report must move the top job at once (the paper's switching rule)
+        cfg = ControllerConfig(levels=2, tau=1.0, lease=600.0, switch_delta=0.0, switch_dwell=0.0)
+        check(cfg)
+        ctl = build_controller(cfg, SingleLinkPaths(), level_map)
         timed = _TimedWatch(ctl)
         server, port = serve(timed, "127.0.0.1:0", SECRET.encode())
         trace = Path(tmp) / "pushes.jsonl"
