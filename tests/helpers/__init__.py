@@ -7,6 +7,9 @@
 - ``net``: free loopback ports.
 - ``cli``: what a ``leveller`` command line parses to, its config file applied.
 - ``levels``: random pruner inputs at scale.
+- ``levels_oracle``: the pairwise-graph level assignment LEVELLER shipped first, the oracle of the fast one.
+- ``pictures``: what a PNG plot shows, measured from its pixels (colour areas, bar coverage).
+- ``dashboard``: the Grafana dashboard in ``examples/grafana/``, its PromQL expressions and metric names.
 - ``wait``: ``wait_until``, the one way a test waits for a condition (readiness, not sleeps).
 
 A test module never imports from another test module: what two of them share lives here (or in a

@@ -1,4 +1,5 @@
-"""Shared pieces of the live tests: processes, polling with a deadline, ports, cgroups."""
+"""Shared pieces of the live tests: processes, polling with a deadline, ports, cgroups, the dumbbell testbed,
+and a job on a veth pair marked by a live controller and agent (``job_on_the_wire``)."""
 
 from __future__ import annotations
 
@@ -300,3 +301,44 @@ class TcpCapture(threading.Thread):
             if (sport, dport) == (self.sport, self.dport):
                 total_len = struct.unpack("!H", frame[16:18])[0]
                 self.seen(seq, tcp[13], total_len - ihl - (tcp[12] >> 4) * 4, frame[15] >> 2)
+
+
+# ---- a job on a veth pair, its packets captured, marked by a live controller and agent --------------------
+
+SECRET = "live-faults-secret-0123456789"
+ENV = {"LEVELLER_SECRET": SECRET}
+JOB_PORT = 47700
+DSCP_TOP = 8  # level 1 of the default K=2 map; level 0 is DSCP 0 (unmarked)
+
+
+def controller(tmp: Path, port: int, *extra: str) -> Proc:
+    """`leveller controller` on 127.0.0.1:``port`` (the secret from ENV, tau 0.3 s, lease 1.5 s), its output in
+    ``tmp``/controller.out; ``extra`` flags come after those (a later --tau wins)."""
+    return leveller_proc(tmp / "controller.out", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3",
+                         "--lease", "1.5", *extra, env=ENV)
+
+
+def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "agent") -> Proc:
+    """`leveller agent` of host "ha" marking job `live` (``log``) on ``dev`` in ``netns``, reporting to the
+    controller on ``port`` every 0.2 s; its output in ``tmp``/``name``.out."""
+    return leveller_proc(tmp / f"{name}.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha",
+                         "--log", str(log), "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}", "--ideal-time",
+                         "live=0.2", "--dev", dev, "--netns", netns, "--interval", "0.2", env=ENV)
+
+
+@contextlib.contextmanager
+def job_on_the_wire(tmp: Path, prefix: str, job_s: float = 90.0) -> Iterator[tuple[Any, Any, Path]]:
+    """A veth pair between two namespaces, job `live` sending across it for ``job_s`` seconds (its log at
+    the path yielded) and a capture of its packets at the receiver: (pair, wire, log)."""
+    from leveller.bench.levels_latency import WireWatch
+    from leveller.jobs.launcher import JobRun
+    from leveller.jobs.spec import JobSpec, WorkerPlace
+    from leveller.testbed.vethpair import VethPair
+
+    log = tmp / "job.log"
+    with VethPair(prefix=prefix) as pair, \
+            WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
+        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
+                       compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=job_s, pace=True)
+        with JobRun(spec, log=str(log)):
+            yield pair, wire, log

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Proc, wait_until
-from .test_live_faults import DSCP_TOP, JOB_PORT, SECRET, job_on_the_wire
+from .support import DSCP_TOP, JOB_PORT, SECRET, Proc, job_on_the_wire, wait_until
 
 pytestmark = pytest.mark.privileged
 

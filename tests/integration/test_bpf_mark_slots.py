@@ -1,7 +1,7 @@
 """The two DSCP maps of bpf/flow_marker.c on the real kernel: flow_dscp_egress (flow -> slot) and the
 mmap'd flow_mark_egress (slot -> mark), written by the agent's BpfEnforcer and Datapath.
 
-Packets are crafted by tests/integration/test_bpf_flow_marker.py's builders and run with
+Packets are crafted by tests/integration/packets.py's builders and run with
 BPF_PROG_TEST_RUN; the maps are read back through the bpf() syscall, never through the mapping the
 datapath writes with.
 """
@@ -21,18 +21,31 @@ from leveller.agent.datapath import Datapath, DatapathError, load_detached
 from leveller.agent.enforce_bpf import BpfEnforcer
 from leveller.agent.flow_structs import decode_dscp
 
-from .test_bpf_flow_marker import ipv4, ipv4_checksum_ok, ipv6, key4, key6, run, tcp
+from .packets import ipv4, ipv4_checksum_ok, ipv6, key4, key6, run, tcp
 
 pytestmark = pytest.mark.privileged
 
 
-@pytest.fixture
-def datapath() -> Iterator[Datapath]:
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[Datapath]:
+    """One program for the module's tests that take the default sizes: bcc compiles it for seconds."""
     dp = load_detached(max_flows=256, max_marked_flows=64)
     try:
         yield dp
     finally:
         dp.detach()
+
+
+@pytest.fixture
+def datapath(loaded: Datapath) -> Datapath:
+    """The module's program as a freshly loaded one: no flow marked or counted, every slot free (the
+    ring full: a slot freed now comes back after all the others), the mark array zeroed, no lease."""
+    loaded.clear_dscp(list(loaded.slots.slot_of))
+    loaded.forget_flows(list(loaded.read_stats()))
+    loaded.set_lease(0)
+    assert loaded.read_dscp() == {} and not loaded.read_mark_array().any()
+    assert len(loaded.slots) == 0 and loaded.slots.pool.free == loaded.mark_slots
+    return loaded
 
 
 def dscp_calls(dp: Datapath, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:

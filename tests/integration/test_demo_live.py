@@ -48,7 +48,7 @@ def test_pair_leveller_beats_crux_on_real_packets(tmp_path) -> None:
     assert lev.min >= 0.78 * top, (lev.rates, top)
     assert lev.min > crux.min + 0.05
     # the picture: both jobs' R lines, and both jobs holding the top level in turn (shaded spans)
-    from tests.pictures import colour_pixels, cycle_colours, over_white
+    from tests.helpers.pictures import colour_pixels, cycle_colours, over_white
 
     c1, c2 = cycle_colours(2)
     png = tmp_path / "out" / "pair-leveller-timeline.png"

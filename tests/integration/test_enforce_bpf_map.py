@@ -57,13 +57,26 @@ class Counted:
         self.dp.set_lease(valid_for_s)
 
 
-@pytest.fixture
-def datapath() -> Iterator[Datapath]:
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[Datapath]:
+    """One program for the module's tests that take the default sizes: bcc compiles it for seconds."""
     dp = load_detached(max_flows=64, max_marked_flows=4096)
     try:
         yield dp
     finally:
         dp.detach()
+
+
+@pytest.fixture
+def datapath(loaded: Datapath) -> Datapath:
+    """The module's program as a freshly loaded one: no flow marked or counted, every slot free, the
+    mark array zeroed, no lease."""
+    loaded.clear_dscp(list(loaded.slots.slot_of))
+    loaded.forget_flows(list(loaded.read_stats()))
+    loaded.set_lease(0)
+    assert loaded.read_dscp() == {} and not loaded.read_mark_array().any()
+    assert len(loaded.slots) == 0 and loaded.slots.pool.free == loaded.mark_slots
+    return loaded
 
 
 def flows(n: int, start: int = 0) -> list[FlowKey]:

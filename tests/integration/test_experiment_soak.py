@@ -53,7 +53,7 @@ def test_short_soak_reports_every_service_and_leaves_nothing(tmp_path: Path) -> 
     assert len(saved["series"]["controller"]) == doc["processes"]["controller"]["samples"]
     # a series per service, in the colour cycle's order (lines of equal values overlap: the legend's
     # sample of each line, about 35 pixels, is what every series is sure to show)
-    from tests.pictures import colour_pixels, cycle_colours
+    from tests.helpers.pictures import colour_pixels, cycle_colours
 
     drawn = colour_pixels(tmp_path / "soak.png", dict(zip(sorted(SERVICES), cycle_colours(len(SERVICES)))),
                           tolerance=0.1)

@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from .support import free_port, json_lines, leveller_proc, wait_until
-from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, controller, job_on_the_wire
+from .support import (
+    DSCP_TOP,
+    ENV,
+    JOB_PORT,
+    controller,
+    free_port,
+    job_on_the_wire,
+    json_lines,
+    leveller_proc,
+    wait_until,
+)
 
 pytestmark = pytest.mark.privileged
 

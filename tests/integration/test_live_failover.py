@@ -17,8 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from .support import free_port, json_lines, leveller_proc, wait_until
-from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, controller, job_on_the_wire
+from .support import (
+    DSCP_TOP,
+    ENV,
+    JOB_PORT,
+    controller,
+    free_port,
+    job_on_the_wire,
+    json_lines,
+    leveller_proc,
+    wait_until,
+)
 
 LEASE_S = 1.5  # test_live_faults.controller passes --lease 1.5 (and --tau 0.3)
 pytestmark = pytest.mark.privileged

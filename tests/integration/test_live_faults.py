@@ -20,15 +20,12 @@ Unit tests cover the schema and transport pieces; this checks the assembled proc
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import re
-import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,43 +36,7 @@ from leveller.codec import encode
 from leveller.model.limits import MAX_MESSAGE_BYTES
 from leveller.rpc.transport import ControllerClient
 
-from .support import Proc, free_port, leveller_proc, send_report, wait_until
-
-SECRET = "live-faults-secret-0123456789"
-ENV = {"LEVELLER_SECRET": SECRET}
-JOB_PORT = 47700
-DSCP_TOP = 8  # level 1 of the default K=2 map; level 0 is DSCP 0 (unmarked)
-
-
-def controller(tmp: Path, port: int, *extra: str) -> Proc:
-    return leveller_proc(tmp / "controller.out", "controller", "--listen", f"127.0.0.1:{port}", "--tau", "0.3",
-                "--lease", "1.5",
-                *extra, env=ENV)
-
-
-def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "agent") -> Proc:
-    return leveller_proc(tmp / f"{name}.out", "agent", "--controller", f"127.0.0.1:{port}", "--host", "ha",
-                "--log", str(log),
-                "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}", "--ideal-time", "live=0.2",
-                "--dev", dev, "--netns", netns, "--interval", "0.2", env=ENV)
-
-
-@contextlib.contextmanager
-def job_on_the_wire(tmp: Path, prefix: str) -> Iterator[tuple[Any, Any, Path]]:
-    """A veth pair between two namespaces, job `live` sending across it (its log at the path yielded)
-    and a capture of its packets at the receiver: (pair, wire, log)."""
-    from leveller.bench.levels_latency import WireWatch
-    from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, WorkerPlace
-    from leveller.testbed.vethpair import VethPair
-
-    log = tmp / "job.log"
-    with VethPair(prefix=prefix) as pair, \
-            WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
-        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
-                       compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=90.0, pace=True)
-        with JobRun(spec, log=str(log)):
-            yield pair, wire, log
+from .support import DSCP_TOP, SECRET, agent, controller, free_port, job_on_the_wire, send_report, wait_until
 
 
 def max_iteration(log: Path) -> int:

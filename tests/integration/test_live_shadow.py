@@ -18,8 +18,7 @@ import pytest
 
 from leveller.rpc.transport import ControllerClient, RpcFailure
 
-from .support import free_port, wait_until
-from .test_live_faults import DSCP_TOP, SECRET, agent, controller, job_on_the_wire
+from .support import DSCP_TOP, SECRET, agent, controller, free_port, job_on_the_wire, wait_until
 
 pytestmark = pytest.mark.privileged
 

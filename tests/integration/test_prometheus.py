@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard import dashboard_exprs
+from tests.helpers.dashboard import dashboard_exprs
 
 from .support import Proc, free_port, leveller_proc, wait_until
 

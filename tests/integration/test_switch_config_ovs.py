@@ -46,10 +46,14 @@ TOP = LEVELS.dscp_for_level(3) << 2
 BOTTOM = LEVELS.dscp_for_level(0) << 2
 
 
-@pytest.fixture
-def bare_dumbbell(tmp_path):
-    # the app forwards only: its set_queue rules do nothing on the userspace datapath
-    with dumbbell_testbed(tmp_path, BOTTLENECK, qos=False, sdn_args=("--queue-mode", "set_queue")) as (tb, _):
+@pytest.fixture(scope="module")
+def bare_dumbbell(tmp_path_factory):
+    """One testbed for the module (building one takes seconds): each test applies its rendered config on
+    top of the last one's, as an operator re-running the script would (it sets the port's QoS and
+    replaces the classifiers). The app forwards only: its set_queue rules do nothing on the userspace
+    datapath."""
+    with dumbbell_testbed(tmp_path_factory.mktemp("dumbbell"), BOTTLENECK, qos=False,
+                          sdn_args=("--queue-mode", "set_queue")) as (tb, _):
         yield tb
 
 

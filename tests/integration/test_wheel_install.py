@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Proc, free_port, wait_until
+from .support import DSCP_TOP, ENV, JOB_PORT, Proc, free_port, job_on_the_wire, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -56,17 +56,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
                            "print(b.build_sdist(sys.argv[1]))", str(dist)], cwd=src, capture_output=True,
                           text=True, check=True, timeout=300).stdout.split()[-1]
     sdist = dist / name
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(sdist), "--no-build-isolation", "--no-deps", "-q",
-                    "-w", str(dist)], check=True, cwd=tmp, timeout=300)
+    # --no-index: the build and the install below need nothing from an index, and never wait for one
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(sdist), "--no-build-isolation", "--no-deps",
+                    "--no-index", "-q", "-w", str(dist)], check=True, cwd=tmp, timeout=300)
     wheel = next(dist.glob("leveller-*.whl"))
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # no pip of its own (ensurepip installs one for seconds): this interpreter's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     vsite = next((venv / "lib").glob("python*/site-packages"))
     bcc = [line for line in (SITE / "leveller-bcc.pth").read_text().split() if line.startswith("/")] \
         if (SITE / "leveller-bcc.pth").exists() else []
     (vsite / "zz-deps.pth").write_text("\n".join([str(SITE), *bcc]) + "\n")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
-                   check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+                    "--no-index", "-q", str(wheel)], check=True, timeout=300)
     return Built(sdist, wheel, venv)
 
 
@@ -122,8 +124,6 @@ def test_leveller_sdn_help_runs_from_the_wheel(built: Built) -> None:
 @pytest.mark.privileged
 def test_the_installed_agent_marks_a_jobs_flow_on_a_veth_pair(built: Built, tmp_path: Path) -> None:
     from leveller.agent.datapath import attached_filters, has_clsact
-
-    from .test_live_faults import DSCP_TOP, ENV, JOB_PORT, job_on_the_wire
 
     leveller = str(built.venv / "bin" / "leveller")
     port = free_port()

@@ -60,7 +60,7 @@ def test_table_and_timeline(capsys, tmp_path) -> None:
     assert "0.750" in out and "min R 0.750" in out
     # fair: the jobs share the link (the 'share' colour) and never wait behind a priority
     from leveller.sim.timeline import COLORS
-    from tests.pictures import colour_pixels, shares
+    from tests.helpers.pictures import colour_pixels, shares
 
     drawn = shares(colour_pixels(png, COLORS))
     assert drawn["share"] > 0.25 and drawn["compute"] > 0.25 and drawn["wait"] < 0.01, drawn

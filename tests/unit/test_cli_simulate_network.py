@@ -54,7 +54,7 @@ def test_several_policies_give_a_list_and_plots(tmp_path, capsys) -> None:
                      "rate-over-time-leveller.png"]
     # one line per policy run, in the policy's colour, and none for the policies not run
     from leveller.sim.network.plots import COLORS
-    from tests.pictures import colour_pixels
+    from tests.helpers.pictures import colour_pixels
 
     for name in ("cdf-rate.png", "link-utilisation.png"):
         drawn = colour_pixels(plots / name, COLORS)

@@ -151,9 +151,10 @@ class Flows:
 
 
 def test_controller_under_cassini_sends_each_host_its_jobs_shifts_and_the_agent_writes_them(tmp_path: Path) -> None:
+    clock = [time.monotonic()]  # the controller's monotonic clock, moved on by hand: no sleep
     ctl = Controller(SingleLinkPaths(), make_policy("cassini"), default_level_map(2), tau_s=0.1, lease_s=5.0,
                      stale_after_s=5.0,
-                     shapes={"j1": HALF, "j2": HALF})
+                     shapes={"j1": HALF, "j2": HALF}, monotonic=lambda: clock[0])
     agents = []
     for host, job, key, port in (("h1", "j1", F1, 21000), ("h2", "j2", F2, 21010)):
         log = tmp_path / f"{job}.log"
@@ -171,7 +172,8 @@ def test_controller_under_cassini_sends_each_host_its_jobs_shifts_and_the_agent_
     for a in agents:
         assert a.step().ok
     ctl.step(time.time())
-    time.sleep(0.55)  # the planner's settle time: max(0.5 s, 2 tau)
+    assert ctl.shift_planner is not None and ctl.shift_planner.plan is None  # the flows have not settled yet
+    clock[0] += 0.55  # past the planner's settle time: max(0.5 s, 2 tau)
     decision = ctl.step(time.time())
     assert decision.order is None and set(decision.levels.values()) == {0}  # no priorities under CASSINI
     for a in agents:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import leveller.core.levels as levels_module
 from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import LevellerPolicy
-from tests.levels_oracle import contention_graph, oracle_levels
+from tests.helpers.levels_oracle import contention_graph, oracle_levels
 
 
 def fig6_flows() -> dict[str, Flow]:
@@ -112,7 +112,7 @@ def test_levels_respect_the_order_on_every_contended_link(case) -> None:
         assert lv[hi] > lv[lo] or lv[hi] == 0
 
 
-# ---- equality with the pairwise-graph oracle (tests/levels_oracle.py) ------------------------------
+# ---- equality with the pairwise-graph oracle (tests/helpers/levels_oracle.py) ------------------------------
 
 @st.composite
 def contention_cases(draw):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from leveller.core.levels import Flow, assign_levels, prune
-from tests.levels_oracle import oracle_levels
+from tests.helpers.levels_oracle import oracle_levels
 
 
 def random_incidence(seed: int, n_flows: int, n_links: int, n_jobs: int) -> tuple[list[int], list[int], list[int]]:

@@ -9,7 +9,7 @@ from prometheus_client.metrics_core import Metric
 
 from leveller.agent.metrics import AgentMetrics
 from leveller.controller.metrics import ControllerMetrics
-from tests.dashboard import DASHBOARD, dashboard_exprs, metric_names
+from tests.helpers.dashboard import DASHBOARD, dashboard_exprs, metric_names
 
 SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count", "_created"),
             "summary": ("", "_sum", "_count", "_created")}

@@ -22,7 +22,7 @@ def test_model_json_and_pictures(capsys, tmp_path) -> None:
     # one panel per policy: fair shares the link, crux and leveller make a job wait (strict priority);
     # in the trio, crux starves job 2: its panel is one long wait
     from leveller.sim.timeline import COLORS
-    from tests.pictures import colour_pixels, shares
+    from tests.helpers.pictures import colour_pixels, shares
 
     for name in ("pair-model-timeline.png", "trio-model-timeline.png"):
         drawn = shares(colour_pixels(tmp_path / name, COLORS))

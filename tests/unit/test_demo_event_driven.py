@@ -100,14 +100,20 @@ def test_controller_decides_when_a_report_shows_progress(on_iteration: bool, exp
     ctl.report(_report(3, start), time.time())
     thread.start()
     try:
-        time.sleep(0.3)
-        base = ctl.epoch  # the first steps; the next periodic one is tau = 5 s later
-        assert base >= 1
+        # the first step, and on iteration ends a second one at once (the report above showed progress);
+        # the next periodic one is tau = 5 s later
+        first = 2 if on_iteration else 1
+        wait_until(lambda: ctl.epoch >= first, 5, "the controller's first steps")
+        base = ctl.epoch
+        assert base == first
         ctl.report(_report(3, start), time.time())  # no progress: no decision
-        time.sleep(0.3)
+        time.sleep(0.3)  # the window in which no decision may come
         assert ctl.epoch == base
         ctl.report(_report(4, start), time.time())
-        time.sleep(0.3)
+        if expect_fast:  # well before the periodic step, tau = 5 s after the first ones
+            wait_until(lambda: ctl.epoch > base, 2, "a decision at the reported iteration's end")
+        else:
+            time.sleep(0.3)  # the window in which no decision may come
         assert (ctl.epoch == base + 1) is expect_fast
     finally:
         stop.set()

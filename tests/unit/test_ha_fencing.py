@@ -67,7 +67,7 @@ def make_agent() -> tuple[Agent, Scripted, History, list[float]]:
 messages = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 5), st.booleans()), min_size=1, max_size=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(messages)
 def test_any_interleaving_leaves_the_agent_on_the_newest_epoch(script: list[tuple[int, int, bool]]) -> None:
     agent, client, enforcer, now = make_agent()
@@ -89,7 +89,7 @@ def test_any_interleaving_leaves_the_agent_on_the_newest_epoch(script: list[tupl
     assert applied == sorted(applied) and applied[-1] == newest
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(messages)
 def test_two_leaders_never_both_obeyed_after_the_newer_is_seen(script: list[tuple[int, int, bool]]) -> None:
     """Leaders 1 and 2 only: after the first reply of leader 2 reached the agent, nothing of leader 1 is

@@ -20,6 +20,7 @@ from leveller.rpc.protowire import reply_from_proto, report_to_proto
 from leveller.rpc.schema import FlowLevel, reply_to_wire, report_from_wire, report_to_wire
 from leveller.rpc.transport import REPORT, REPORT_STREAM, SERVICE, ControllerClient, RpcFailure
 from tests.helpers.rpc import KEY, SECRET, RecordingHandler, report, serving
+from tests.helpers.wait import wait_until
 
 
 @pytest.fixture
@@ -225,7 +226,8 @@ def test_a_late_reply_of_a_dropped_stream_never_answers_the_next_report() -> Non
     with pytest.raises(grpc.RpcError):
         stream.exchange(b"one", 0.2)  # no reply: dropped
     calls[0].put(b"late reply to one")
-    threading.Thread(target=lambda: (time.sleep(0.2), calls[1].put(b"reply to two")), daemon=True).start()
+    threading.Thread(target=lambda: wait_until(lambda: calls[1:], 2, "the second call")[0].put(b"reply to two"),
+                     daemon=True).start()  # once exchange opened the new call
     assert stream.exchange(b"two", 2.0) == b"reply to two"
 
 

@@ -103,7 +103,7 @@ def test_bad_arguments() -> None:
 
 def test_timeline_png(tmp_path) -> None:
     from leveller.sim.timeline import COLORS, plot_timelines
-    from tests.pictures import colour_pixels, shares, widest_row_coverage
+    from tests.helpers.pictures import colour_pixels, shares, widest_row_coverage
 
     # The picture shows each state of each job for as long as it lasts: the area of each colour is the
     # state's share of the time (bars have one height), here with strict priority (waits, no sharing).

@@ -17,7 +17,7 @@ from leveller.core.levels import Flow
 
 def contention_graph(flows: Mapping[str, Flow]) -> nx.Graph:
     """Graph with one node per flow and an edge where flows of different jobs share a link."""
-    graph = nx.Graph()
+    graph: nx.Graph[str] = nx.Graph()
     by_link: dict[object, list[str]] = {}
     for name in sorted(flows):
         graph.add_node(name)

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "leveller.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "leveller.json"
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
             "offset", "inf", "nan"}
 

@@ -1,26 +1,16 @@
-"""The edges of the domain types every layer shares (leveller.model): what is accepted at each bound,
-what is refused just past it, and the exact message a user reads when a value is refused.
-
-- shape: ``C:M[:G[:S]]`` parses to exact fractions; every malformed form names the option, the
-  text as given, the part and the rule.
-- checks: a job report keeps every field it was given; weights, recent lists and job names are
-  refused with a message naming the field path, the value and what is allowed.
-- flow: addresses are canonical, both of one version, without scope ids; labels bracket IPv6.
-"""
+"""leveller.model.shape: ``C:M[:G[:S]]`` parses to exact fractions at every bound; every malformed form
+is refused with a message naming the option, the text as given, the part and the rule; the controller's
+``JOB=C:M[:G[:S]]`` gives the job name and a JobShape."""
 
 from __future__ import annotations
 
-import ipaddress
 from fractions import Fraction
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leveller.model.checks import check_job, check_job_name, check_weight, job_report
-from leveller.model.errors import FieldError, UserError
-from leveller.model.flow import canonical_address, flow_key
-from leveller.model.messages import JobReport
+from leveller.model.errors import UserError
 from leveller.model.shape import ExactShape, JobShape, parse_job_shape, parse_shape_text
 
 RULE = "compute time C > 0, communication time M > 0, GPUs G an integer 1..1000000, slack 0 <= S <= C"
@@ -183,143 +173,3 @@ def test_job_shape_refuses_a_bad_job_name() -> None:
     with pytest.raises(UserError) as info:
         parse_job_shape("a b=1:2")
     assert str(info.value) == "job name: 'a b' is invalid; 1-64 characters from letters, digits, _ . : -"
-
-
-# --- checks ------------------------------------------------------------------------------------------------------
-
-
-def test_check_job_name_accepts_a_name_and_names_the_rule_otherwise() -> None:
-    """A valid name comes back unchanged; a bad one is a UserError naming "job name", the value and the rule."""
-    assert check_job_name("a" * 64) == "a" * 64
-    with pytest.raises(UserError) as info:
-        check_job_name("a" * 65)
-    assert str(info.value) == f"job name: {'a' * 65!r} is invalid; 1-64 characters from letters, digits, _ . : -"
-    with pytest.raises(UserError) as info:
-        check_job_name(None)
-    assert str(info.value) == "job name: None is invalid; 1-64 characters from letters, digits, _ . : -"
-
-
-@pytest.mark.parametrize("value", [0.001, 1, 1.0, 999.999, 1000, 1000.0])
-def test_weight_is_accepted_from_one_thousandth_to_one_thousand(value: float) -> None:
-    """Both bounds are inclusive; the weight comes back as a float."""
-    out = check_weight(value, "--weight")
-    assert out == value and type(out) is float
-
-
-@pytest.mark.parametrize("value", [0.000999, 0, -1, 1000.001, 1e9, float("inf"), float("nan"), True, "1"])
-def test_weight_outside_the_bounds_is_refused_with_the_field(value: object) -> None:
-    """The first values past each bound (and non-numbers) are refused; the message names field, value, bounds."""
-    with pytest.raises(FieldError) as info:
-        check_weight(value, "jobs[1].weight")
-    assert info.value.field == "jobs[1].weight"
-    assert str(info.value) == f"jobs[1].weight: {value!r} is invalid; a finite number >= 0.001 and <= 1000"
-
-
-def test_check_job_keeps_every_field() -> None:
-    """A valid job comes back with every field it was given (ideal time and weight too), recent as tuples."""
-    job = JobReport("j", 10, 100.0, 0.5, [[1, 101.0], [2, 102.5]], 2.5)  # type: ignore[arg-type]
-    assert check_job(job, "jobs[0]") == JobReport("j", 10, 100.0, 0.5, ((1, 101.0), (2, 102.5)), 2.5)
-    assert check_job(JobReport("j", 10, 100.0), "jobs[0]") == JobReport("j", 10, 100.0, None, (), None)
-
-
-def test_check_job_names_the_path_of_the_bad_field() -> None:
-    """The error is reported at ``<field>.<name>`` (e.g. ``jobs[2].weight``) so the sender can find it."""
-    with pytest.raises(FieldError) as info:
-        check_job(JobReport("j", 10, 100.0, None, (), 5000.0), "jobs[2]")
-    assert info.value.field == "jobs[2].weight"
-    assert str(info.value) == "jobs[2].weight: 5000.0 is invalid; a finite number >= 0.001 and <= 1000"
-    with pytest.raises(FieldError) as info:
-        check_job(JobReport("j", -1, 100.0), "jobs[2]")
-    assert info.value.field == "jobs[2].iterations"
-
-
-@pytest.mark.parametrize("weight", [0.001, 1000.0])
-def test_job_report_keeps_a_weight_at_its_bounds(weight: float) -> None:
-    """A declared weight at either bound is kept as given; an undeclared one stays None."""
-    assert job_report("j", 1, 100.0, None, [], weight, "jobs[0]").weight == weight
-    assert job_report("j", 1, 100.0, None, [], None, "jobs[0]").weight is None
-
-
-@pytest.mark.parametrize("weight", [0.0, 1000.5])
-def test_job_report_refuses_a_weight_past_its_bounds(weight: float) -> None:
-    """The first weights outside 0.001..1000 are refused at ``<field>.weight``."""
-    with pytest.raises(FieldError) as info:
-        job_report("j", 1, 100.0, None, [], weight, "jobs[3]")
-    assert info.value.field == "jobs[3].weight"
-    assert str(info.value) == f"jobs[3].weight: {weight!r} is invalid; a finite number >= 0.001 and <= 1000"
-
-
-@pytest.mark.parametrize(("items", "kind"), [("12", "str"), ({"a": 1}, "dict"), (None, "NoneType")])
-def test_job_report_refuses_recent_that_is_not_a_list(items: object, kind: str) -> None:
-    """``recent`` must be a list; the message names ``<field>.recent`` and the type it got."""
-    with pytest.raises(FieldError) as info:
-        job_report("j", 1, 100.0, None, items, None, "jobs[0]")
-    assert info.value.field == "jobs[0].recent"
-    assert str(info.value) == f"jobs[0].recent: expected a list, got {kind}"
-
-
-def test_job_report_takes_at_most_256_recent_entries() -> None:
-    """256 recent iteration ends are accepted; 257 are refused with the count and the limit."""
-    pairs = [[k + 1, 100.0 + k] for k in range(257)]
-    assert len(job_report("j", 257, 100.0, None, pairs[:256], None, "jobs[0]").recent) == 256
-    with pytest.raises(FieldError) as info:
-        job_report("j", 257, 100.0, None, pairs, None, "jobs[0]")
-    assert info.value.field == "jobs[0].recent"
-    assert str(info.value) == "jobs[0].recent: 257 entries; at most 256 are allowed"
-
-
-# --- flow --------------------------------------------------------------------------------------------------------
-
-
-def test_ipv4_text_is_version_4_like_an_address_object() -> None:
-    """The fast path for IPv4 text gives version 4, so text and ``ipaddress`` objects mix in one key."""
-    assert canonical_address("10.0.0.1", "src") == ("10.0.0.1", 4)
-    assert canonical_address(ipaddress.ip_address("10.0.0.2"), "dst") == ("10.0.0.2", 4)
-    key = flow_key(ipaddress.ip_address("10.0.0.1"), "10.0.0.2", 1, 2)
-    assert key == ("10.0.0.1", "10.0.0.2", 1, 2, 6) and key.version == 4
-
-
-@pytest.mark.parametrize(("value", "shown"), [
-    ("fe80::1%eth0", "'fe80::1%eth0'"),  # a scope id names a host's interface: no flow crosses hosts with it
-    ("10.0.0.1%1", "'10.0.0.1%1'"),
-    (167772161, "167772161"),  # ipaddress would take an int; a flow's address is text
-    (None, "None"),
-    (b"10.0.0.1", "b'10.0.0.1'"),
-])
-def test_address_with_a_scope_id_or_not_text_is_refused(value: object, shown: str) -> None:
-    """Only address text (or an ipaddress object) is taken; the message names the end and the value."""
-    with pytest.raises(UserError) as info:
-        flow_key(value, "fe80::2" if isinstance(value, str) and ":" in value else "10.0.0.2")
-    assert str(info.value) == f"flow: src = {shown} is invalid; an IPv4 or IPv6 address"
-
-
-def test_mixed_address_versions_are_refused_with_both_addresses() -> None:
-    """src and dst must be of one version; the message shows both canonical texts."""
-    with pytest.raises(UserError) as info:
-        flow_key("10.0.0.1", "FD00:0::1")
-    assert str(info.value) == ("flow: src = '10.0.0.1' and dst = 'fd00::1' are invalid together; "
-                               "both IPv4 or both IPv6")
-
-
-def test_labels_bracket_ipv6_and_name_port_protocols() -> None:
-    """IPv6 labels put the canonical address in brackets before the port; protocols without ports by number."""
-    v6 = flow_key("FD00:0:0::1", "fd00::0002", 5, 6, "udp")
-    assert (v6.src, v6.dst, v6.version) == ("fd00::1", "fd00::2", 6)
-    assert v6.label() == "udp [fd00::1]:5>[fd00::2]:6"
-    assert flow_key("10.0.0.1", "10.0.0.3", 40000, 47000).label() == "tcp 10.0.0.1:40000>10.0.0.3:47000"
-    assert flow_key("fd00::1", "fd00::2", 7, 8, "icmp").label() == "1 [fd00::1]:0>[fd00::2]:0"
-    assert flow_key("10.0.0.1", "10.0.0.2", 7, 8, 47).label() == "47 10.0.0.1:0>10.0.0.2:0"
-
-
-@pytest.mark.parametrize("proto", ["icmp", 1, "1"])
-def test_icmp_flows_carry_no_ports(proto: object) -> None:
-    # ICMP has no ports: keeping them would make two packets of one ping two different flows.
-    key = flow_key("10.0.0.1", "10.0.0.2", 1234, 80, proto)
-    assert (key.sport, key.dport, key.proto) == (0, 0, 1)
-    assert key == flow_key("10.0.0.1", "10.0.0.2", 0, 0, "icmp")
-
-
-@pytest.mark.parametrize("proto,n", [("tcp", 6), ("udp", 17), (17, 17)])
-def test_tcp_and_udp_flows_keep_their_ports(proto: object, n: int) -> None:
-    key = flow_key("10.0.0.1", "10.0.0.2", 1234, 80, proto)
-    assert (key.sport, key.dport, key.proto) == (1234, 80, n)
