@@ -191,9 +191,10 @@ def simulate_recovery(setup: SimSetup, modes: Sequence[RateMode], measure_s: flo
                       on_mode: Callable[[str], None] = lambda _: None) -> list[RecoveryFigures]:
     """One simulator run per mode (leveller.sim.link), each measured by :func:`recovery_figures`."""
     from leveller.core.policies import LevellerPolicy
-    from leveller.sim.link import LinkJob, Starve, job_name, simulate_link
+    from leveller.model.shape import JobShape
+    from leveller.sim.link import Starve, job_name, simulate_link
 
-    jobs = [LinkJob(c, m) for c, m in setup.jobs]
+    jobs = [JobShape(c, m) for c, m in setup.jobs]
     names = [job_name(i) for i in range(len(jobs))]
     if setup.disturbance.job not in names:
         raise ValueError(f"starved job {setup.disturbance.job!r} is not one of {names}")

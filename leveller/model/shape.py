@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Generic, TypeVar
 
 from leveller.model.checks import check_job_name
 from leveller.model.errors import UserError
@@ -21,29 +22,40 @@ MAX_SHAPE_S = 86400.0  # compute / communication seconds per iteration the contr
 SHAPE_RULE = "compute time C > 0, communication time M > 0, GPUs G an integer 1..{gpus}, slack 0 <= S <= C"
 
 
-@dataclass(frozen=True)
-class JobShape:
-    """What Crux ranks by: GPUs, compute and communication time per iteration (seconds); CASSINI
-    also places the communication: it starts ``slack`` seconds before the compute ends."""
-
-    compute: float
-    comm: float
-    gpus: int = 1
-    slack: float = 0.0
+Seconds = TypeVar("Seconds", float, Fraction)
 
 
 @dataclass(frozen=True)
-class ExactShape:
-    """``C:M[:G[:S]]`` as exact fractions (what ``parse_shape_text`` returns)."""
+class JobShape(Generic[Seconds]):
+    """A job's shape, the one type for it: compute C and communication M seconds per iteration at
+    full rate, G GPUs (what Crux ranks by) and slack S (the communication starts S seconds before
+    the compute ends; CASSINI places it). ``JobShape[Fraction]`` keeps the link simulator's
+    arithmetic exact (what ``parse_shape_text`` returns); the controller takes ``JobShape[float]``.
+    ValueError on a shape outside the rule (C > 0, M > 0, G >= 1, 0 <= S <= C)."""
 
-    compute: Fraction
-    comm: Fraction
+    compute: Seconds
+    comm: Seconds
     gpus: int = 1
-    slack: Fraction = Fraction(0)
+    slack: Seconds | int = 0
+
+    def __post_init__(self) -> None:
+        if not self.compute > 0:
+            raise ValueError(f"compute time C must be > 0, got {self.compute}")
+        if not self.comm > 0:
+            raise ValueError(f"communication time M must be > 0, got {self.comm}")
+        if self.gpus < 1:
+            raise ValueError(f"GPUs G must be >= 1, got {self.gpus}")
+        if not 0 <= self.slack <= self.compute:
+            raise ValueError(f"slack S must be in 0..C ({self.compute}), got {self.slack}")
+
+    @property
+    def ideal(self) -> Seconds:
+        """The iteration time alone on the network: C + M (the slack's overlap is not counted)."""
+        return self.compute + self.comm
 
 
 def parse_shape_text(text: str, option: str, slack: bool = True, max_seconds: float = math.inf,
-                     shown: str | None = None) -> ExactShape:
+                     shown: str | None = None) -> JobShape[Fraction]:
     """Parse ``C:M[:G[:S]]`` (``:S`` only with ``slack``); UserError naming ``option`` and ``shown`` (default
     ``text``), the part and the rule.
     ``max_seconds`` bounds C and M (the controller: MAX_SHAPE_S; the simulators bound their work by an
@@ -76,10 +88,10 @@ def parse_shape_text(text: str, option: str, slack: bool = True, max_seconds: fl
         if value is None or not 0 <= value <= values[0]:
             raise UserError(f"{where}: slack S must be a number in 0..C, got {parts[3]!r}; {rule}")
         lag = value
-    return ExactShape(values[0], values[1], gpus, lag)
+    return JobShape(values[0], values[1], gpus, lag)
 
 
-def parse_job_shape(text: str) -> tuple[str, JobShape]:
+def parse_job_shape(text: str) -> tuple[str, JobShape[float]]:
     """``JOB=C:M[:G[:S]]`` as given to the controller's ``--job-shape`` (C and M at most MAX_SHAPE_S)."""
     job, _, spec = text.partition("=")
     exact = parse_shape_text(spec, "--job-shape", max_seconds=MAX_SHAPE_S, shown=text)

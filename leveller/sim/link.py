@@ -36,29 +36,9 @@ from leveller.core.levels import Flow, assign_levels
 from leveller.core.policies import JobView, Policy
 from leveller.core.rate import Number, Sample, history_horizon, progress_rate, trim_history
 from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, applies_to, switch_order, top_changed
+from leveller.model.shape import JobShape
 
 LINK = "link"
-
-
-@dataclass(frozen=True)
-class LinkJob:
-    """One job: compute time C, communication time M at full rate, GPUs G."""
-
-    compute: Fraction
-    comm: Fraction
-    gpus: int = 1
-
-    def __post_init__(self) -> None:
-        if not self.compute > 0:
-            raise ValueError(f"compute time C must be > 0, got {self.compute}")
-        if not self.comm > 0:
-            raise ValueError(f"communication time M must be > 0, got {self.comm}")
-        if self.gpus < 1:
-            raise ValueError(f"GPUs G must be >= 1, got {self.gpus}")
-
-    @property
-    def ideal(self) -> Fraction:
-        return Fraction(self.compute) + Fraction(self.comm)
 
 
 @dataclass(frozen=True)
@@ -87,7 +67,7 @@ class Segment:
 @dataclass(frozen=True)
 class LinkResult:
     policy: str
-    jobs: tuple[LinkJob, ...]
+    jobs: tuple[JobShape[Fraction], ...]
     horizon: Fraction
     iterations: tuple[int, ...]
     rates: tuple[Fraction, ...]
@@ -110,7 +90,7 @@ def job_name(index: int) -> str:
     return str(index + 1)
 
 
-def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Number | None, starvations: int = 0) -> int:
+def event_bound(jobs: Sequence[JobShape[Fraction]], cycles: int, tau: Number | None, starvations: int = 0) -> int:
     """Upper bound on the events of ``simulate_link(jobs, policy with tau, cycles)``.
 
     A job finishes at most horizon / ideal iterations (it cannot beat its ideal time),
@@ -124,7 +104,7 @@ def event_bound(jobs: Sequence[LinkJob], cycles: int, tau: Number | None, starva
 
 
 def simulate_link(
-    jobs: Sequence[LinkJob],
+    jobs: Sequence[JobShape[Fraction]],
     policy: Policy,
     cycles: int = 1500,
     levels: int | None = None,

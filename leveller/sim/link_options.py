@@ -15,16 +15,14 @@ DEFAULT_MAX_EVENTS = 1_000_000
 
 
 def parse_job(text: str) -> Any:
-    """Parse C:M[:G] into a LinkJob (leveller.model.shape's rule); UserError naming the part."""
+    """Parse C:M[:G] into a JobShape (leveller.model.shape's rule); UserError naming the part."""
     from leveller.model.shape import parse_shape_text
-    from leveller.sim.link import LinkJob
 
-    shape = parse_shape_text(text, "--job", slack=False)
-    return LinkJob(shape.compute, shape.comm, shape.gpus)
+    return parse_shape_text(text, "--job", slack=False)
 
 
 def jobs_of(job_texts: list[str] | None, preset: str | None) -> list[Any]:
-    """The LinkJobs of --job C:M[:G] (repeatable) or of --preset, one of them; UserError otherwise."""
+    """The job shapes of --job C:M[:G] (repeatable) or of --preset, one of them; UserError otherwise."""
     from leveller.sim.presets import PRESETS
 
     if job_texts and preset:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from leveller.core.policies import JobView, LevellerPolicy
 from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, forget, switch_order, top_changed
-from leveller.sim.link import LinkJob, simulate_link
+from leveller.model.shape import JobShape
+from leveller.sim.link import simulate_link
 
 NAMES = ("a", "b", "c", "d", "e")
 
@@ -138,7 +139,7 @@ def test_bound_of_the_rule_in_the_fluid_model(jobs: list[tuple[int, int]], delta
                                               tau: int) -> None:
     """min R >= R_lb - delta - (tau + dwell + 2 T_max) / t on one link, where R_lb = 1 / (sum M/T + min C/T)
     is the rate the paper's Theorem 1 guarantees lowest-R-first (the makespan bound C_total + W_min)."""
-    link_jobs = [LinkJob(Fraction(c), Fraction(m)) for c, m in jobs]
+    link_jobs = [JobShape(Fraction(c), Fraction(m)) for c, m in jobs]
     result = simulate_link(link_jobs, LevellerPolicy(tau=tau), cycles=200, switching=SwitchRule(delta, dwell))
     r_lb = min(1.0, 1 / (sum(float(j.comm / j.ideal) for j in link_jobs)
                          + min(float(j.compute / j.ideal) for j in link_jobs)))
@@ -149,7 +150,7 @@ def test_bound_of_the_rule_in_the_fluid_model(jobs: list[tuple[int, int]], delta
 def test_the_rule_cuts_top_changes_at_a_small_cost_on_the_paper_pair() -> None:
     """Fig. 3's pair: the paper's rule changes the top at almost every iteration end; delta 0.02 and a
     dwell of 5 units cut that twentyfold and keep both jobs within 0.02 of 6/7."""
-    pair = [LinkJob(Fraction(1), Fraction(1)), LinkJob(Fraction(1), Fraction(2))]
+    pair = [JobShape(Fraction(1), Fraction(1)), JobShape(Fraction(1), Fraction(2))]
     paper = simulate_link(pair, LevellerPolicy(), cycles=600)
     sticky = simulate_link(pair, LevellerPolicy(), cycles=600, switching=SwitchRule(0.02, 5))
     assert paper.top_job_changes > 20 * sticky.top_job_changes > 0
@@ -162,7 +163,7 @@ def test_floor_in_the_link_model_gives_a_demoted_job_its_share() -> None:
     Without the floor job 2 waits ([1, 2)) and job 1 ends at 2."""
     from leveller.core.policies import CruxPolicy
 
-    pair = [LinkJob(Fraction(1), Fraction(1)), LinkJob(Fraction(1), Fraction(1))]
+    pair = [JobShape(Fraction(1), Fraction(1)), JobShape(Fraction(1), Fraction(1))]
     floor = simulate_link(pair, CruxPolicy(), cycles=2, record_ends=True, floor=Fraction(1, 10),
                           record_until=Fraction(3))
     assert floor.ends[0][0] == Fraction(19, 9) and floor.ends[1][0] == 3
@@ -182,7 +183,7 @@ def test_the_rule_leaves_policies_that_do_not_order_by_rate_alone() -> None:
     from leveller.core.switching import applies_to
 
     assert applies_to(LevellerPolicy()) and not applies_to(CruxPolicy()) and not applies_to(FairPolicy())
-    pair = [LinkJob(Fraction(1), Fraction(1)), LinkJob(Fraction(1), Fraction(2))]
+    pair = [JobShape(Fraction(1), Fraction(1)), JobShape(Fraction(1), Fraction(2))]
     plain = simulate_link(pair, CruxPolicy(), cycles=100)
     ruled = simulate_link(pair, CruxPolicy(), cycles=100, switching=SwitchRule(0.02, 2))
     assert ruled.rates == plain.rates and ruled.top_job_changes == 0

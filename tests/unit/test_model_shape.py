@@ -5,13 +5,14 @@ is refused with a message naming the option, the text as given, the part and the
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from leveller.model.errors import UserError
-from leveller.model.shape import ExactShape, JobShape, parse_job_shape, parse_shape_text
+from leveller.model.shape import JobShape, parse_job_shape, parse_shape_text
 
 RULE = "compute time C > 0, communication time M > 0, GPUs G an integer 1..1000000, slack 0 <= S <= C"
 RULE_NO_SLACK = "compute time C > 0, communication time M > 0, GPUs G an integer 1..1000000"
@@ -29,16 +30,16 @@ def shape_error(text: str, option: str = "--job", **kwargs: object) -> str:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("1:2", ExactShape(Fraction(1), Fraction(2), 1, Fraction(0))),  # G defaults to 1, S to 0
-    ("3:2:1", ExactShape(Fraction(3), Fraction(2), 1, Fraction(0))),  # G = 1, the lowest
-    ("3:2:1000000", ExactShape(Fraction(3), Fraction(2), 1_000_000, Fraction(0))),  # G = MAX_GPUS
-    ("3:2:7:0", ExactShape(Fraction(3), Fraction(2), 7, Fraction(0))),  # S = 0, the lowest
-    ("3:2:7:1/2", ExactShape(Fraction(3), Fraction(2), 7, Fraction(1, 2))),  # S < 1 (and < M)
-    ("3:2:7:3", ExactShape(Fraction(3), Fraction(2), 7, Fraction(3))),  # S = C (above M)
-    ("0.5:0.25", ExactShape(Fraction(1, 2), Fraction(1, 4), 1, Fraction(0))),  # C, M below 1
-    ("1/3:2/7:5:1/6", ExactShape(Fraction(1, 3), Fraction(2, 7), 5, Fraction(1, 6))),  # exact fractions
+    ("1:2", JobShape(Fraction(1), Fraction(2), 1, Fraction(0))),  # G defaults to 1, S to 0
+    ("3:2:1", JobShape(Fraction(3), Fraction(2), 1, Fraction(0))),  # G = 1, the lowest
+    ("3:2:1000000", JobShape(Fraction(3), Fraction(2), 1_000_000, Fraction(0))),  # G = MAX_GPUS
+    ("3:2:7:0", JobShape(Fraction(3), Fraction(2), 7, Fraction(0))),  # S = 0, the lowest
+    ("3:2:7:1/2", JobShape(Fraction(3), Fraction(2), 7, Fraction(1, 2))),  # S < 1 (and < M)
+    ("3:2:7:3", JobShape(Fraction(3), Fraction(2), 7, Fraction(3))),  # S = C (above M)
+    ("0.5:0.25", JobShape(Fraction(1, 2), Fraction(1, 4), 1, Fraction(0))),  # C, M below 1
+    ("1/3:2/7:5:1/6", JobShape(Fraction(1, 3), Fraction(2, 7), 5, Fraction(1, 6))),  # exact fractions
 ])
-def test_shape_fields_are_parsed_exactly(text: str, expected: ExactShape) -> None:
+def test_shape_fields_are_parsed_exactly(text: str, expected: JobShape) -> None:
     """Each part lands in its own field, as an exact fraction; G and S take their defaults when absent."""
     shape = parse_shape_text(text, "--job")
     assert shape == expected
@@ -54,20 +55,20 @@ def test_shape_round_trips_any_valid_shape(compute: Fraction, comm: Fraction, gp
     """Any C, M > 0, G in 1..MAX_GPUS and 0 <= S <= C written out parses back to the same values."""
     slack = compute * share
     text = f"{compute}:{comm}:{gpus}:{slack}"
-    assert parse_shape_text(text, "--job") == ExactShape(compute, comm, gpus, slack)
-    assert parse_shape_text(text, "--job", max_seconds=86400.0) == ExactShape(compute, comm, gpus, slack)
+    assert parse_shape_text(text, "--job") == JobShape(compute, comm, gpus, slack)
+    assert parse_shape_text(text, "--job", max_seconds=86400.0) == JobShape(compute, comm, gpus, slack)
 
 
 def test_shape_takes_slack_by_default_and_not_when_told() -> None:
     """``:S`` is allowed unless ``slack=False`` (the simulators' ``--job``), which takes ``C:M[:G]``."""
     assert parse_shape_text("2:1:3:1", "--job").slack == 1
-    assert parse_shape_text("2:1:3", "--job", slack=False) == ExactShape(Fraction(2), Fraction(1), 3)
+    assert parse_shape_text("2:1:3", "--job", slack=False) == JobShape(Fraction(2), Fraction(1), 3)
     assert shape_error("2:1:3:1", slack=False) == f"--job '2:1:3:1': expected C:M[:G]; {RULE_NO_SLACK}"
 
 
 def test_shape_at_the_controllers_bound_of_one_day() -> None:
     """C and M of exactly 86400 s are taken by the controller; one more is refused with the bound."""
-    assert parse_shape_text("86400:86400", "--job-shape", max_seconds=86400.0) == ExactShape(
+    assert parse_shape_text("86400:86400", "--job-shape", max_seconds=86400.0) == JobShape(
         Fraction(86400), Fraction(86400))
     assert shape_error("86400.5:1", max_seconds=86400.0) == (
         f"--job '86400.5:1': compute time C must be a number > 0 and <= 86400, got '86400.5'; {RULE_CONTROLLER}")
@@ -173,3 +174,27 @@ def test_job_shape_refuses_a_bad_job_name() -> None:
     with pytest.raises(UserError) as info:
         parse_job_shape("a b=1:2")
     assert str(info.value) == "job name: 'a b' is invalid; 1-64 characters from letters, digits, _ . : -"
+
+
+@pytest.mark.parametrize(("compute", "comm", "gpus", "slack", "message"), [
+    (Fraction(0), Fraction(1), 1, 0, "compute time C must be > 0, got 0"),
+    (1.0, 0.0, 1, 0.0, "communication time M must be > 0, got 0.0"),
+    (1.0, 1.0, 0, 0.0, "GPUs G must be >= 1, got 0"),
+    (1.0, 1.0, 1, -0.5, "slack S must be in 0..C (1.0), got -0.5"),
+    (Fraction(1), Fraction(1), 1, Fraction(3, 2), "slack S must be in 0..C (1), got 3/2"),
+])
+def test_a_shape_outside_the_rule_is_refused_whoever_builds_it(compute: Any, comm: Any, gpus: int, slack: Any,
+                                                                message: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        JobShape(compute, comm, gpus, slack)
+    assert str(exc.value) == message
+
+
+def test_one_shape_type_serves_the_link_simulator_and_the_controller() -> None:
+    exact = parse_shape_text("1/3:2/7:5:1/6", "--job")
+    assert isinstance(exact, JobShape) and exact.ideal == Fraction(13, 21)  # exact: 1/3 + 2/7
+    assert isinstance(exact.ideal, Fraction)
+    _, approx = parse_job_shape("j=1/3:2/7:5:1/6")
+    assert isinstance(approx, JobShape) and isinstance(approx.compute, float)
+    assert approx.ideal == pytest.approx(13 / 21)
+    assert JobShape(1.0, 1.0, 1, 1.0).slack == 1.0  # S = C is allowed

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from leveller.core.bound import cycle_bound
 from leveller.core.policies import make_policy
-from leveller.sim.link import LinkJob, event_bound, simulate_link
+from leveller.model.shape import JobShape
+from leveller.sim.link import event_bound, simulate_link
 from leveller.sim.presets import PRESETS
 
 TOL = 0.005
@@ -90,9 +91,9 @@ def test_limited_levels_share_the_bottom_level() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
-        LinkJob(Fraction(0), Fraction(1))
+        JobShape(Fraction(0), Fraction(1))
     with pytest.raises(ValueError):
-        LinkJob(Fraction(1), Fraction(-1))
+        JobShape(Fraction(1), Fraction(-1))
     with pytest.raises(ValueError):
         simulate_link([], make_policy("fair"))
     with pytest.raises(ValueError):
@@ -126,7 +127,7 @@ job_sets = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1,
 @settings(max_examples=25, deadline=None)
 @given(job_sets, st.sampled_from([0, 2, 5]))
 def test_leveller_meets_the_paper_bound(spec, tau) -> None:
-    jobs = [LinkJob(Fraction(c), Fraction(m)) for c, m in spec]
+    jobs = [JobShape(Fraction(c), Fraction(m)) for c, m in spec]
     res = simulate_link(jobs, make_policy("leveller", tau), cycles=150)
     bound = cycle_bound([(j.compute, j.comm) for j in jobs]).guaranteed
     # Allowance for the finite window: one unfinished iteration plus Corollary 1's tau / t.
@@ -137,7 +138,7 @@ def test_leveller_meets_the_paper_bound(spec, tau) -> None:
 @settings(max_examples=25, deadline=None)
 @given(job_sets, st.sampled_from(["fair", "crux", "leveller"]), st.integers(1, 3))
 def test_rates_stay_in_unit_interval(spec, policy, gpus) -> None:
-    jobs = [LinkJob(Fraction(c), Fraction(m), gpus) for c, m in spec]
+    jobs = [JobShape(Fraction(c), Fraction(m), gpus) for c, m in spec]
     res = simulate_link(jobs, make_policy(policy), cycles=60)
     assert all(0 <= r <= 1 for r in res.rates)
     assert len(res.rates) == len(jobs)
@@ -173,7 +174,7 @@ def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:
     """The budget check counts on event_bound never being below what a run really takes."""
     from leveller.sim.link import event_bound
 
-    jobs = [LinkJob(Fraction(c, 2), Fraction(m, 3), g) for c, m, g in shapes]
+    jobs = [JobShape(Fraction(c, 2), Fraction(m, 3), g) for c, m, g in shapes]
     pol = make_policy(policy, Fraction(tau) if tau is not None else Fraction(0))
     seen: list[float] = []
     result = simulate_link(jobs, pol, cycles=cycles, on_progress=seen.append, progress_every=7)
@@ -188,7 +189,7 @@ def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:
 # waits, then the other sends [2, 3): each iteration of the slower one takes 3.
 
 
-PAIR = [LinkJob(F(1), F(1)), LinkJob(F(1), F(1))]
+PAIR = [JobShape(F(1), F(1)), JobShape(F(1), F(1))]
 
 
 def by_job(result, job: int) -> list[tuple[str, F, F]]:
@@ -226,12 +227,12 @@ def test_segments_are_recorded_only_before_record_until_and_are_contiguous() -> 
 
 
 def test_events_count_phase_ends_and_stay_under_the_bound() -> None:
-    one = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=3)
+    one = simulate_link([JobShape(F(1), F(1))], make_policy("fair"), cycles=3)
     assert one.iterations == (3,) and one.events == 6  # compute end + send end, per iteration
     pair = simulate_link(PAIR, make_policy("fair"), cycles=3)
     assert pair.events <= event_bound(PAIR, 3, None)
-    assert event_bound([LinkJob(F(1), F(1))], 3, None) == 2 * (3 + 1) + 1
-    assert event_bound([LinkJob(F(1), F(1))], 3, F(2)) == 2 * (3 + 1) + 1 + 3
+    assert event_bound([JobShape(F(1), F(1))], 3, None) == 2 * (3 + 1) + 1
+    assert event_bound([JobShape(F(1), F(1))], 3, F(2)) == 2 * (3 + 1) + 1 + 3
     assert event_bound(PAIR, 3, None) == 2 * (2 * (3 + 1)) + 1
 
 
@@ -243,7 +244,7 @@ def test_events_count_phase_ends_and_stay_under_the_bound() -> None:
 ])
 def test_bad_jobs_are_refused_with_the_parameter_named(compute: int, comm: int, gpus: int, message: str) -> None:
     with pytest.raises(ValueError) as exc:
-        LinkJob(F(compute), F(comm), gpus)
+        JobShape(F(compute), F(comm), gpus)
     assert str(exc.value) == message
 
 
@@ -257,7 +258,7 @@ def test_bad_runs_are_refused_with_their_message() -> None:
 
 
 def test_defaults_are_the_papers_1500_cycles() -> None:
-    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"))
+    res = simulate_link([JobShape(F(1), F(1))], make_policy("fair"))
     assert res.horizon == 1500 * 2 and res.iterations == (1500,)
 
 
@@ -298,7 +299,7 @@ def test_a_starved_job_waits_until_its_starvation_ends() -> None:
     # C = M = 1, starved in [1, 3): computes [0, 1), waits [1, 3), sends [3, 4), ... ends at 4 and 6.
     from leveller.sim.link import Starve
 
-    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=3, starve=[Starve(0, F(1), F(3))],
+    res = simulate_link([JobShape(F(1), F(1))], make_policy("fair"), cycles=3, starve=[Starve(0, F(1), F(3))],
                         record_until=F(6), record_ends=True)
     assert by_job(res, 0) == [("compute", F(0), F(1)), ("wait", F(1), F(3)), ("send", F(3), F(4)),
                               ("compute", F(4), F(5)), ("send", F(5), F(6))]
@@ -309,7 +310,7 @@ def test_a_starved_job_waits_until_its_starvation_ends() -> None:
 def test_a_starvation_starting_mid_send_stops_it_there() -> None:
     from leveller.sim.link import Starve
 
-    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=2,
+    res = simulate_link([JobShape(F(1), F(1))], make_policy("fair"), cycles=2,
                         starve=[Starve(0, F(3, 2), F(5, 2))], record_until=F(4), record_ends=True)
     assert by_job(res, 0) == [("compute", F(0), F(1)), ("send", F(1), F(3, 2)), ("wait", F(3, 2), F(5, 2)),
                               ("send", F(5, 2), F(3)), ("compute", F(3), F(4))]
@@ -348,7 +349,7 @@ def test_bad_starvations_are_refused_with_their_message() -> None:
 
 
 def test_event_bound_adds_two_events_per_starvation_and_the_ticks() -> None:
-    job = [LinkJob(F(1), F(1))]
+    job = [JobShape(F(1), F(1))]
     assert event_bound(job, 3, None, starvations=2) == event_bound(job, 3, None) + 4
     assert event_bound(job, 3, F(1, 2)) == event_bound(job, 3, None) + 12  # horizon 6 / tau 1/2
     assert event_bound(job, 3, 0) == event_bound(job, 3, None)  # tau 0: no ticks
@@ -360,7 +361,7 @@ def test_iteration_ends_are_kept_only_when_asked() -> None:
     assert simulate_link(PAIR, make_policy("fair"), cycles=3).ends == ()
 
 
-def _rates_seen(jobs: list[LinkJob], cycles: int, tau: F, **rate: F) -> tuple[list[list[F]], tuple]:
+def _rates_seen(jobs: list[JobShape], cycles: int, tau: F, **rate: F) -> tuple[list[list[F]], tuple]:
     """The R the policy is given at each tick (t = 0, tau, 2 tau, ...), and the run's iteration ends."""
     from leveller.core.policies import LevellerPolicy
 
@@ -381,7 +382,7 @@ def test_the_policy_ranks_by_the_r_of_the_iteration_ends_so_far(rate: dict[str, 
     whole history the window needs (the simulator trims it beyond 64 samples)."""
     from leveller.core.rate import progress_rate
 
-    jobs = [LinkJob(F(1), F(1)), LinkJob(F(1), F(2)), LinkJob(F(2), F(1))]
+    jobs = [JobShape(F(1), F(1)), JobShape(F(1), F(2)), JobShape(F(2), F(1))]
     tau = F(1, 2)
     seen, ends = _rates_seen(jobs, 100, tau, **rate)  # over 64 iterations of a job: its history is trimmed
     assert max(len(e) for e in ends) > 70
@@ -415,7 +416,7 @@ def test_the_policy_sees_each_jobs_shape() -> None:
             views.append(list(jobs))
             return super().order(jobs)
 
-    jobs = [LinkJob(F(1), F(2), 4), LinkJob(F(3), F(1))]
+    jobs = [JobShape(F(1), F(2), 4), JobShape(F(3), F(1))]
     simulate_link(jobs, Recording(), cycles=1)
     assert [(v.name, v.gpus, v.compute, v.comm) for v in views[0]] == [("1", 4, F(1), F(2)), ("2", 1, F(3), F(1))]
     assert jobs[0].ideal == F(3) and jobs[1].ideal == F(4)
@@ -465,7 +466,7 @@ def test_progress_is_reported_every_2048_events_by_default() -> None:
 
 
 def test_levels_default_to_one_per_job() -> None:
-    trio = [LinkJob(F(1), F(1))] * 3  # all three send together from t = 1
+    trio = [JobShape(F(1), F(1))] * 3  # all three send together from t = 1
     default = simulate_link(trio, make_policy("leveller"), cycles=4, record_until=F(12))
     three = simulate_link(trio, make_policy("leveller"), cycles=4, levels=3, record_until=F(12))
     assert default.segments == three.segments and default.iterations == three.iterations
@@ -477,7 +478,7 @@ def test_levels_default_to_one_per_job() -> None:
 
 
 def test_result_records_its_inputs_and_the_cumulative_rates() -> None:
-    jobs = (LinkJob(F(1), F(1)), LinkJob(F(1), F(2)))
+    jobs = (JobShape(F(1), F(1)), JobShape(F(1), F(2)))
     res = simulate_link(list(jobs), make_policy("crux"), cycles=10)
     assert res.policy == "crux" and res.jobs == jobs and res.horizon == 30
     assert res.rates == tuple(F(n) * j.ideal / 30 for n, j in zip(res.iterations, jobs))
@@ -487,5 +488,5 @@ def test_progress_is_reported_at_the_2048th_event() -> None:
     # One job, C = M = 1: two events per iteration, so 1,024 iterations are 2,048 events; the 2,048th
     # starts the last send at t = 2047 of 2048.
     seen: list[float] = []
-    res = simulate_link([LinkJob(F(1), F(1))], make_policy("fair"), cycles=1024, on_progress=seen.append)
+    res = simulate_link([JobShape(F(1), F(1))], make_policy("fair"), cycles=1024, on_progress=seen.append)
     assert res.events == 2048 and seen == [2047 / 2048, 1.0]

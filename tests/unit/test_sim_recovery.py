@@ -16,7 +16,8 @@ from leveller.bench.recovery import (
 )
 from leveller.cli import main
 from leveller.core.policies import LevellerPolicy
-from leveller.sim.link import LinkJob, Starve, simulate_link
+from leveller.model.shape import JobShape
+from leveller.sim.link import Starve, simulate_link
 from leveller.sim.presets import PRESETS
 
 
@@ -99,7 +100,7 @@ def test_simulate_link_cli_accepts_rate_options_and_starvation(capsys: pytest.Ca
 
 def test_link_job_list_is_unchanged_by_default() -> None:
     a = simulate_link(PRESETS["fig1-trio"], LevellerPolicy(), cycles=50)
-    b = simulate_link([LinkJob(j.compute, j.comm) for j in PRESETS["fig1-trio"]], LevellerPolicy(), cycles=50,
+    b = simulate_link([JobShape(j.compute, j.comm) for j in PRESETS["fig1-trio"]], LevellerPolicy(), cycles=50,
                       starve=[])
     assert a.rates == b.rates and a.ends == ()
 

@@ -18,7 +18,8 @@ from matplotlib.colors import to_hex
 from matplotlib.text import Text
 
 from leveller.core.policies import make_policy
-from leveller.sim.link import LinkJob, LinkResult, Segment, simulate_link
+from leveller.model.shape import JobShape
+from leveller.sim.link import LinkResult, Segment, simulate_link
 from leveller.sim.presets import PRESETS
 from leveller.sim.timeline import COLORS, LABELS, plot_timelines
 
@@ -75,7 +76,7 @@ def test_each_segment_is_one_bar_on_its_jobs_row_cut_at_the_end(drawn: list[Any]
 
 
 def test_a_segment_starting_exactly_at_the_end_is_not_drawn(drawn: list[Any], tmp_path: Path) -> None:
-    jobs = (LinkJob(F(1), F(1)),)
+    jobs = (JobShape(F(1), F(1)),)
     res = LinkResult("x", jobs, F(4), (1,), (F(1, 2),),
                      (Segment(0, "compute", F(0), F(1)), Segment(0, "send", F(1), F(2)),
                       Segment(0, "compute", F(2), F(3))))
@@ -86,7 +87,7 @@ def test_a_segment_starting_exactly_at_the_end_is_not_drawn(drawn: list[Any], tm
 
 def test_segments_in_any_order_are_all_drawn(drawn: list[Any], tmp_path: Path) -> None:
     """A result listing its segments job by job (not in time order): the end cuts each job's own."""
-    jobs = (LinkJob(F(1), F(1)), LinkJob(F(1), F(1)))
+    jobs = (JobShape(F(1), F(1)), JobShape(F(1), F(1)))
     segs = (Segment(0, "compute", F(0), F(1)), Segment(0, "send", F(1), F(2)), Segment(0, "compute", F(2), F(3)),
             Segment(1, "compute", F(0), F(1)), Segment(1, "wait", F(1), F(2)), Segment(1, "send", F(2), F(3)))
     res = LinkResult("x", jobs, F(3), (1, 1), (F(2, 3), F(2, 3)), segs)
@@ -140,7 +141,7 @@ def test_picture_is_9_inches_wide_and_a_row_of_0_55_inch_per_job(panel_sizes: li
 
     import matplotlib.image as mpimg
 
-    panels = [(f"p{i}", simulate_link([LinkJob(F(1), F(1))] * n, make_policy("fair"), cycles=2,
+    panels = [(f"p{i}", simulate_link([JobShape(F(1), F(1))] * n, make_policy("fair"), cycles=2,
                                       record_until=F(4))) for i, n in enumerate(panel_sizes)]
     with tempfile.TemporaryDirectory() as tmp:
         out = plot_timelines(panels, Path(tmp) / "t.png", F(4))
