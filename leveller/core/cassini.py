@@ -51,6 +51,13 @@ Choices where the paper is ambiguous, each a parameter:
   When the affinity graph has a loop, the first shift a job receives is kept (the
   loop-closing link does not get its best relative rotation). Links with one job add
   no constraint; a job on no shared link gets shift 0.
+
+Speed: a rotation's score is defined by the element-wise computation of :func:`_scores`
+(what :func:`compatibility` computes). The search ranks the candidates by a cheaper sum over
+the runs of a job's profile (:func:`_rough`) and computes the defined score only for the
+candidates within the rough sums' rounding error of the best, so it returns exactly what
+scoring every candidate would, ties included. :func:`job_shifts` takes a cache of searched
+links.
 """
 
 from __future__ import annotations
@@ -58,14 +65,19 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from leveller.model.errors import UserError
 
-MAX_CELLS = 1 << 20  # rows x bins evaluated at once by the vectorised search
+CHUNK_CELLS = 1 << 17  # rows x bins per block of reference scores (1 MiB: stays in the CPU's cache)
+EPS = 2.0 ** -52  # float64 machine epsilon (bounds of rounding errors)
+SHORT = 2  # runs of a profile up to this many bins are summed bin by bin, longer ones by prefix sums
+# link content and search settings -> link_rotations' result (job_shifts' cache)
+RotationCache = MutableMapping[tuple[object, ...], tuple[float, dict[str, float]]]
+NEAR = 1e-9  # candidates ranked within this of the best get their reference score
 
 
 @dataclass(frozen=True)
@@ -189,20 +201,98 @@ def compatibility(jobs_on_link: Sequence[CircleJob], rotations: Mapping[str, flo
     return _clip(_raw_score(total))
 
 
-def _best_rotation(base: np.ndarray, curve: np.ndarray, candidates: np.ndarray) -> tuple[float, int]:
-    """Best raw score of ``base + roll(curve, r)`` over ``candidates`` (first best wins)."""
+def _scores(base: np.ndarray, doubled: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Raw score of ``base + roll(curve, r)`` for every ``r`` in ``candidates``, ``doubled`` being the
+    curve twice over; computed element by element as ``compatibility`` does (the reference values),
+    a few rows at a time so that the rows stay in the CPU's cache."""
     bins = len(base)
-    rows = max(1, MAX_CELLS // bins)
-    best_val, best_r = -math.inf, 0
-    col = np.arange(bins)
+    rows = max(1, min(len(candidates), CHUNK_CELLS // bins))
+    buf = np.empty((rows, bins))
+    out = np.empty(len(candidates))
     for lo in range(0, len(candidates), rows):
         rs = candidates[lo:lo + rows]
-        shifted = curve[(col[None, :] - rs[:, None]) % bins]
-        vals = 1.0 - np.maximum(base[None, :] + shifted - 1.0, 0.0).mean(axis=1)
-        i = int(vals.argmax())
-        if vals[i] > best_val:
-            best_val, best_r = float(vals[i]), int(rs[i])
-    return best_val, best_r
+        block = buf[:len(rs)]
+        for k, r in enumerate(rs.tolist()):
+            np.add(base, doubled[bins - r:2 * bins - r], out=block[k])  # base + roll(curve, r)
+        block -= 1.0
+        np.maximum(block, 0.0, out=block)
+        out[lo:lo + rows] = 1.0 - block.mean(axis=1)
+    return out
+
+
+def _rough(base: np.ndarray, prof: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """For every rotation ``r`` in ``candidates``: the excess of ``base + roll(tile(prof), r)`` summed over
+    the circle (``len(base)`` bins, ``prof`` tiled and cut there), whether any bin has an excess (exact),
+    and a bound on the sums' rounding error.
+
+    Bin ``k`` of the curve holds ``prof[k % q]``: per profile position and demand value, the excess over
+    all whole tiles is one folded sum (``fold``), and a long run of equal demand in the profile costs a
+    difference of prefix sums of it, so the work per rotation is per run of the profile, not per bin.
+    Short runs (an arc's cut ends, each its own demand) are summed bin by bin instead.
+    """
+    bins, q = len(base), len(prof)
+    tiles, rest = divmod(bins, q)  # tiles >= 1: the circle holds the longest period
+    edge = np.flatnonzero(prof[1:] != prof[:-1]) + 1
+    starts = np.concatenate(([0], edge))
+    ends = np.concatenate((edge, [q]))
+    values = prof[starts]
+    ext = np.concatenate((base, base[:q]))  # positions up to bins + q - 1, wrapped
+    r = candidates[:, None]
+    long = ends - starts > SHORT
+    # runs of a bin or two (an arc's cut ends): every bin they cover on the circle, taken one by one
+    pos = np.flatnonzero(np.repeat(~long, ends - starts))
+    at = np.concatenate((((np.arange(tiles) * q)[:, None] + pos[None, :]).ravel(), pos[pos < rest] + tiles * q))
+    terms = np.maximum(ext[at[None, :] + r] + prof[at % q] - 1.0, 0.0)
+    excess = terms.sum(axis=1)
+    over = (terms > 0.0).sum(axis=1)
+    total = float(excess.max())  # what the rounding errors are relative to
+    for v in np.unique(values[long]).tolist():
+        e = np.maximum(ext + v - 1.0, 0.0)  # the excess of every bin where the curve holds v
+        sel = long & (values == v)
+        lo, hi = starts[sel][None, :] + r, ends[sel][None, :] + r
+        rows = e[:(tiles + 1) * q].reshape(tiles + 1, q)
+        mid = rows[1:tiles].sum(axis=0)
+        fold = np.concatenate((rows[0] + mid, mid + rows[tiles]))  # fold[x] = sum over whole tiles t of e[t q + x]
+        g = np.concatenate(([0.0], np.cumsum(fold)))
+        z = np.concatenate(([0], np.cumsum(fold > 0.0)))
+        excess += (g[hi] - g[lo]).sum(axis=1)
+        over += (z[hi] - z[lo]).sum(axis=1)
+        total += float(g[-1])
+        if rest:  # the cut tile: profile positions below rest
+            tail = e[tiles * q:]
+            h = np.concatenate(([0.0], np.cumsum(tail)))
+            y = np.concatenate(([0], np.cumsum(tail > 0.0)))
+            lo, hi = np.minimum(starts[sel], rest)[None, :] + r, np.minimum(ends[sel], rest)[None, :] + r
+            excess += (h[hi] - h[lo]).sum(axis=1)
+            over += (y[hi] - y[lo]).sum(axis=1)
+            total += float(h[-1])
+    # every prefix sum is off by at most (its terms + the fold's) x EPS x its end; a rotation adds two
+    # per run, and the runs' sums add their own rounding
+    err = 4.0 * EPS * len(starts) * (2 * q + tiles + rest + 8) * (total + float(np.abs(excess).max()))
+    return excess, over > 0, err
+
+
+def _best_rotation(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
+                   candidates: np.ndarray) -> tuple[float, int]:
+    """Best raw score of ``base + roll(curve, r)`` over ``candidates`` (first best wins); ``curve`` is
+    ``prof`` tiled over the circle.
+
+    The candidates are ranked by :func:`_rough` first; the reference values of :func:`_scores` are
+    computed only for those within rounding error (plus ``NEAR``) of the best, and a candidate without
+    any excess scores exactly 1. So the result is the one the reference values of every candidate
+    give, ties included, at a fraction of the work.
+    """
+    bins = len(base)
+    excess, over, err = _rough(base, prof, candidates)
+    rough = 1.0 - excess / bins
+    margin = NEAR + 2.0 * err / bins
+    near = over & (rough >= rough.max() - margin)
+    vals = np.full(len(candidates), -math.inf)
+    vals[~over] = 1.0  # no bin with an excess: the reference value is exactly 1
+    if near.any():
+        vals[near] = _scores(base, np.concatenate([curve, curve]), candidates[near])
+    i = int(vals.argmax())
+    return float(vals[i]), int(candidates[i])
 
 
 def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap: float, angles: int = 72,
@@ -214,7 +304,8 @@ def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap:
     if sweeps < 0:
         raise UserError(f"sweeps must be >= 0, got {sweeps!r}")
     bins = _unified_bins([j.period_s for j in jobs_on_link], quantum_s, lcm_cap)
-    curves = [_tiled(j, quantum_s, bins) for j in jobs_on_link]
+    profs = [_profile(j, quantum_s) for j in jobs_on_link]
+    curves = [np.tile(p, -(-bins // len(p)))[:bins] for p in profs]
     grids = []
     for job in jobs_on_link:
         q = _quanta(job.period_s, quantum_s)
@@ -229,20 +320,20 @@ def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap:
             base = curves[0].copy()
             for c, r in zip(curves[1:-1], combo):
                 base += np.roll(c, r)
-            val, last = _best_rotation(base, curves[-1], grids[-1])
+            val, last = _best_rotation(base, curves[-1], profs[-1], grids[-1])
             if val > score:
                 score, rot = val, [0, *combo, last]
     else:
         total = curves[0].copy()
         for i in range(1, n):  # greedy placement in link order
-            _, rot[i] = _best_rotation(total, curves[i], grids[i])
+            _, rot[i] = _best_rotation(total, curves[i], profs[i], grids[i])
             total += np.roll(curves[i], rot[i])
         score = _raw_score(total)
         for _ in range(sweeps):
             improved = False
             for i in range(1, n):
                 base = total - np.roll(curves[i], rot[i])
-                val, r = _best_rotation(base, curves[i], grids[i])
+                val, r = _best_rotation(base, curves[i], profs[i], grids[i])
                 if val > score + 1e-12:
                     rot[i], score, improved = r, val, True
                 total = base + np.roll(curves[i], rot[i])
@@ -287,11 +378,15 @@ def bfs_shifts(rotations: Mapping[Hashable, Mapping[str, float]], periods: Mappi
 
 
 def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, lcm_cap: float,
-               angles: int = 72, max_exhaustive: int = 4096, sweeps: int = 3) -> dict[str, float]:
+               angles: int = 72, max_exhaustive: int = 4096, sweeps: int = 3,
+               cache: RotationCache | None = None) -> dict[str, float]:
     """CASSINI's shift per job (seconds to delay its iteration start), for every job on ``links``.
 
     Rotation search on every link shared by two or more jobs, then :func:`bfs_shifts`.
-    A job must have the same period on every link.
+    A job must have the same period on every link. ``cache``: a mapping the caller keeps across
+    calls, from a link's jobs (in order) and the search settings to :func:`link_rotations`' result;
+    a link whose content was searched before is not searched again (the search is a pure function
+    of that content, so the shifts are the same).
     """
     _check_quantum(quantum_s, lcm_cap)
     periods: dict[str, float] = {}
@@ -304,7 +399,13 @@ def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, 
     rotations: dict[Hashable, dict[str, float]] = {}
     for link, jobs in links.items():
         if len(jobs) >= 2:
-            _, rotations[link] = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+            key = (tuple(jobs), quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+            found = None if cache is None else cache.get(key)
+            if found is None:
+                found = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+                if cache is not None:
+                    cache[key] = found
+            rotations[link] = dict(found[1])
     shifts = bfs_shifts(rotations, periods)
     return {name: shifts.get(name, 0.0) for name in periods}
 
@@ -330,10 +431,12 @@ def shift_overlap(a: CircleJob, shift_a: float, b: CircleJob, shift_b: float, ho
 
 
 def shared_link_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_fraction: float = 0.01,
-                       lcm_periods: float = 20.0) -> dict[str, float]:
+                       lcm_periods: float = 20.0,
+                       cache: RotationCache | None = None) -> dict[str, float]:
     """:func:`job_shifts` with the grid scaled to the jobs: quantum = ``quantum_fraction`` of the
     shortest period, unified circle capped at ``lcm_periods`` times the longest. Links with fewer
-    than two jobs add nothing; with no shared link at all the result is empty."""
+    than two jobs add nothing; with no shared link at all the result is empty. ``cache`` as for
+    :func:`job_shifts`."""
     shared = {link: jobs for link, jobs in links.items() if len(jobs) >= 2}
     if not shared:
         return {}
@@ -342,4 +445,4 @@ def shared_link_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_fr
     if not lcm_periods >= 1:
         raise UserError(f"lcm_periods must be >= 1, got {lcm_periods!r}")
     periods = [c.period_s for jobs in shared.values() for c in jobs]
-    return job_shifts(shared, quantum_fraction * min(periods), lcm_periods * max(periods))
+    return job_shifts(shared, quantum_fraction * min(periods), lcm_periods * max(periods), cache=cache)

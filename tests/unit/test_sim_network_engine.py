@@ -199,3 +199,48 @@ def test_overlap_rule_does_not_demote_an_all_reduce_that_cannot_wait() -> None:
     # slack 0.5 s < the all-reduce's 2 s alone: any wait delays the iteration, so no demotion.
     with_rule, without = overlap_runs([(2.0, 1.0, 0.5), (0.5, 0.5, 0.0)])
     assert with_rule == pytest.approx(without, abs=1e-9)
+
+
+
+def contended_cassini(monkeypatch: pytest.MonkeyPatch, cache: bool = True):  # type: ignore[no-untyped-def]
+    """A 128-GPU contended run under CASSINI (a coarse grid, for speed) and the links it searched;
+    ``cache`` False: every re-plan searches every shared link again (the simulator before the cache)."""
+    from leveller.core import cassini
+    from leveller.sim.network.baselines import CassiniNet
+    from leveller.sim.network.trace import synthetic
+
+    searched: list[tuple[str, ...]] = []
+    link_rotations, shared_link_shifts = cassini.link_rotations, cassini.shared_link_shifts
+
+    def spy(jobs, *args):  # type: ignore[no-untyped-def]
+        searched.append(tuple(j.name for j in jobs))
+        return link_rotations(jobs, *args)
+
+    monkeypatch.setattr(cassini, "link_rotations", spy)
+    if not cache:
+        monkeypatch.setattr(cassini, "shared_link_shifts",
+                            lambda links, qf, lp, cache: shared_link_shifts(links, qf, lp))
+    net = load_network("fabric:gpus=128,nics_per_host=1,gbps=100,oversub=2")
+    jobs, placer = synthetic("contended:jobs=10,seed=2,max_hosts=4,min_s=30,max_s=120", net)
+    result = Simulation(net, jobs, CassiniNet(quantum_fraction=0.05, lcm_periods=2.0), 2, 150, placer=placer).run()
+    monkeypatch.undo()
+    return result.summary() | {"wall_seconds": 0}, searched
+
+
+def test_cassini_searches_a_link_once_and_gets_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache of searched links changes nothing in the run, and each link content is searched once."""
+    cached, once = contended_cassini(monkeypatch)
+    plain, again = contended_cassini(monkeypatch, cache=False)
+    assert cached == plain
+    assert len(set(again)) < len(again)  # re-plans meet the same links again
+    assert len(once) < len(again)
+
+
+def test_cassini_cache_is_emptied_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leveller.sim.network import baselines
+
+    cached, once = contended_cassini(monkeypatch)
+    monkeypatch.setattr(baselines, "CACHE", 1)
+    small, more = contended_cassini(monkeypatch)
+    assert small == cached
+    assert len(once) < len(more)

@@ -17,7 +17,9 @@ demand = its bytes on the link per all-reduce time / capacity); the shifts of
 :func:`~leveller.core.cassini.job_shifts` delay each job's next iteration
 start once. Quantum = ``quantum_fraction`` of the shortest period, unified
 circle capped at ``lcm_periods`` x the longest period; links with the same jobs
-and demands are searched once.
+and demands are searched once, and a link searched at an earlier arrival or
+finish is not searched again while its content and the grid stay the same (a
+cache of up to ``CACHE`` links, emptied when full).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from leveller.core.levels import Flow
 from leveller.core.rate import Number
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
+
+CACHE = 4096  # CASSINI: searched links kept across re-plans (cassini.job_shifts' cache)
 
 
 def link_bytes(job: RunJob, paths: Sequence[tuple[int, ...]]) -> dict[int, float]:
@@ -115,6 +119,7 @@ class CassiniNet:
     quantum_fraction: float = 0.01
     lcm_periods: float = 20.0
     capacity: np.ndarray | None = field(default=None, repr=False)
+    searched: cassini.RotationCache = field(default_factory=dict, repr=False)
 
     def route(self, now: float, jobs: Sequence[RunJob], net: Network) -> dict[str, list[tuple[int, ...]]]:
         self.capacity = net.capacity
@@ -152,4 +157,7 @@ class CassiniNet:
         return out
 
     def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:
-        return cassini.shared_link_shifts(self.circles(jobs), self.quantum_fraction, self.lcm_periods)
+        if len(self.searched) >= CACHE:
+            self.searched.clear()
+        return cassini.shared_link_shifts(self.circles(jobs), self.quantum_fraction, self.lcm_periods,
+                                          cache=self.searched)

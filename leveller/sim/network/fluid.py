@@ -136,24 +136,28 @@ def _finite(rates: np.ndarray) -> np.ndarray:
 def _fill(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, residual: np.ndarray, unfrozen: np.ndarray,
           rates: np.ndarray) -> None:
     """Progressive filling of the ``unfrozen`` flows on ``residual`` (both updated in place) over the
-    (flow, link) pairs given, their rates written to ``rates``: max-min fair among them."""
+    (flow, link) pairs given, their rates written to ``rates``: max-min fair among them.
+
+    One round per bottleneck value, a few numpy passes each: the flows per link are counted once and
+    then decremented, and the fair share of a link without flows is left out of the minimum as NaN
+    or inf (0 / 0, r / 0)."""
     n_links = len(residual)
     live = unfrozen[e_flow]
     ef, el = e_flow[live], e_link[live]
-    while len(el):
-        counts = np.bincount(el, minlength=n_links)
-        used = counts.nonzero()[0]
-        share = residual[used] / counts[used]
-        x = max(float(share.min()), 0.0)
-        bottleneck = np.zeros(n_links, dtype=bool)
-        bottleneck[used[share <= x * (1 + TIE) + 1e-300]] = True
-        newly = ef[bottleneck[el]]  # the flows crossing a bottleneck (with repeats)
-        rates[newly] = x
-        unfrozen[newly] = False
-        keep = unfrozen[ef]
-        residual -= np.bincount(el[~keep], minlength=n_links) * x
-        np.maximum(residual, 0.0, out=residual)
-        ef, el = ef[keep], el[keep]
+    counts = np.bincount(el, minlength=n_links)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while len(el):
+            share = residual / counts
+            x = max(float(np.fmin.reduce(share)), 0.0)
+            newly = ef[share[el] <= x * (1 + TIE) + 1e-300]  # the flows crossing a bottleneck (with repeats)
+            rates[newly] = x
+            unfrozen[newly] = False
+            keep = unfrozen[ef]
+            gone = np.bincount(el[~keep], minlength=n_links)
+            residual -= gone * x
+            np.maximum(residual, 0.0, out=residual)
+            counts -= gone
+            ef, el = ef[keep], el[keep]
     if unfrozen.any():  # flows that cross no link are not limited by the network
         rates[unfrozen] = np.inf
         unfrozen[:] = False
