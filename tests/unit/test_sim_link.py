@@ -2,6 +2,7 @@
 
 from fractions import Fraction
 from fractions import Fraction as F
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from leveller.core.bound import cycle_bound
 from leveller.core.policies import make_policy
+from leveller.core.rate import Sample, progress_rate, trim_history
 from leveller.model.shape import JobShape
 from leveller.sim.link import event_bound, simulate_link
 from leveller.sim.presets import PRESETS
@@ -380,8 +382,6 @@ def _rates_seen(jobs: list[JobShape], cycles: int, tau: F, **rate: F) -> tuple[l
 def test_the_policy_ranks_by_the_r_of_the_iteration_ends_so_far(rate: dict[str, F]) -> None:
     """Against leveller.core.rate fed with the run's own iteration ends: windowed and decayed R see the
     whole history the window needs (the simulator trims it beyond 64 samples)."""
-    from leveller.core.rate import progress_rate
-
     jobs = [JobShape(F(1), F(1)), JobShape(F(1), F(2)), JobShape(F(2), F(1))]
     tau = F(1, 2)
     seen, ends = _rates_seen(jobs, 100, tau, **rate)  # over 64 iterations of a job: its history is trimmed
@@ -397,6 +397,36 @@ def test_the_policy_ranks_by_the_r_of_the_iteration_ends_so_far(rate: dict[str, 
                 assert float(rates[i]) == pytest.approx(float(want), rel=1e-3), (tick, i)
             else:  # exact
                 assert rates[i] == want, (tick, i)
+
+
+@pytest.mark.parametrize("window, longest", [(F(31), 64), (F(63, 2), 64), (F(50), 101)])
+def test_a_windowed_r_keeps_a_short_history_trimmed_in_batches(monkeypatch: pytest.MonkeyPatch, window: F,
+                                                               longest: int) -> None:
+    """One job alone ends an iteration every 1/2. The history the policy's R reads stays short: at most 64
+    samples, or the window's own when it spans more (100 ends of a 50-long window and their base: 101). It
+    is trimmed in batches, only once it holds over 64 samples and only when a sample can go (a trim at
+    every iteration end would copy the whole window each time)."""
+    import leveller.sim.link as link
+
+    seen: list[int] = []
+    trims: list[tuple[int, int]] = []
+
+    def spy_rate(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 4:
+            seen.append(len(args[4]))
+        return progress_rate(*args, **kwargs)
+
+    def spy_trim(history: list[Sample], now: F, horizon: F) -> list[Sample]:
+        kept = trim_history(history, now, horizon)
+        trims.append((len(history), len(kept)))
+        return kept
+
+    monkeypatch.setattr(link, "progress_rate", spy_rate)
+    monkeypatch.setattr(link, "trim_history", spy_trim)
+    res = simulate_link([JobShape(F(1, 4), F(1, 4))], make_policy("leveller"), cycles=300, rate_window=window)
+    assert res.iterations == (300,)
+    assert max(seen) == longest
+    assert trims and all(before > 64 and after < before for before, after in trims), trims
 
 
 def test_a_bad_r_window_is_refused_before_the_run() -> None:
@@ -475,6 +505,14 @@ def test_levels_default_to_one_per_job() -> None:
     assert simulate_link(PAIR, make_policy("leveller"), cycles=2, floor=F(1, 2)).iterations == (1, 1)
     with pytest.raises(ValueError, match=r"\(K = 3\)"):
         simulate_link(trio, make_policy("leveller"), floor=F(1, 2))
+
+
+def test_the_run_stops_at_the_horizon_in_the_middle_of_a_phase() -> None:
+    """Fair pair, C = M = 1, one cycle: the shared sends from t = 1 would end at t = 3, after the horizon
+    of 2; the run stops at 2 with no iteration done, and nothing is recorded past it."""
+    res = simulate_link([JobShape(F(1), F(1))] * 2, make_policy("fair"), cycles=1, record_until=F(10))
+    assert res.horizon == 2 and res.iterations == (0, 0) and res.rates == (0, 0)
+    assert max(s.end for s in res.segments) == 2
 
 
 def test_result_records_its_inputs_and_the_cumulative_rates() -> None:
