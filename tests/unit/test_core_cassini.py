@@ -196,7 +196,7 @@ def links(draw):
     return jobs, rotations
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(links(), st.integers(0, 60))
 def test_score_in_unit_interval_and_invariant_under_a_common_shift(case, shift: int) -> None:
     jobs, rot = case
@@ -206,7 +206,7 @@ def test_score_in_unit_interval_and_invariant_under_a_common_shift(case, shift: 
     assert cassini.compatibility(jobs, shifted, 0.1, CAP) == pytest.approx(score, abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(links())
 def test_score_ignores_job_order_and_whole_period_rotations(case) -> None:
     jobs, rot = case
@@ -216,7 +216,7 @@ def test_score_ignores_job_order_and_whole_period_rotations(case) -> None:
     assert cassini.compatibility(jobs, turned, 0.1, CAP) == pytest.approx(score, abs=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(links())
 def test_search_is_never_worse_than_no_shift_and_reports_its_own_score(case) -> None:
     jobs, _ = case
@@ -281,7 +281,7 @@ def test_job_shifts_search_with_link_rotations_defaults(monkeypatch: pytest.Monk
     assert seen == [(defaults["angles"], defaults["max_exhaustive"], defaults["sweeps"])] == [(72, 4096, 3)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(links(), st.integers(0, 3))
 def test_greedy_search_keeps_the_first_job_in_place(case, sweeps: int) -> None:
     """Greedy placement and coordinate ascent move every job but the first (rotating all together changes

@@ -216,7 +216,7 @@ def ordered_dags(draw, max_nodes: int = 6):
     return order, edges, draw(st.integers(1, 4))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(ordered_dags())
 def test_dp_equals_brute_force_over_monotone_levels_on_one_order(case) -> None:
     order, edges, k = case
@@ -232,7 +232,7 @@ def test_dp_equals_brute_force_over_monotone_levels_on_one_order(case) -> None:
     assert all(0 <= x < k for x in seq) and seq == sorted(seq, reverse=True)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(ordered_dags(max_nodes=5))
 def test_dp_over_all_topological_orders_equals_brute_force_max_k_cut(case) -> None:
     order, edges, k = case
@@ -258,7 +258,7 @@ def contention_cases(draw):
     return pr, intensity, pairs, draw(st.integers(1, 4)), draw(st.integers(0, 3))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(contention_cases())
 def test_compressed_levels_respect_priority_between_contending_jobs(case) -> None:
     pr, intensity, pairs, k, seed = case

@@ -96,7 +96,7 @@ def flow_sets(draw):
     return order, flows, draw(st.integers(1, 6))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(flow_sets())
 def test_levels_respect_the_order_on_every_contended_link(case) -> None:
     order, flows, k = case
@@ -130,14 +130,14 @@ def contention_cases(draw):
     return order, flows, draw(st.sampled_from([1, 1, 2, 3, 8]) | st.integers(1, 8))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(contention_cases())
 def test_pruning_equals_the_pairwise_graph_oracle(case) -> None:
     order, flows, k = case
     assert assign_levels(order, flows, k) == oracle_levels(order, flows, k)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(contention_cases())
 def test_numpy_and_small_input_paths_agree_with_the_oracle(case) -> None:
     order, flows, k = case
@@ -198,7 +198,7 @@ def test_generated_cluster_levels_equal_the_oracle(n: int) -> None:
     assert len(set(want.values())) >= 3  # the cut is contended enough to use several levels
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(contention_cases(), st.lists(st.sampled_from([0.25, 0.5, 0.5, 0.75]), min_size=6, max_size=6))
 def test_levels_file_with_tied_rates_equals_the_oracle(case, rates) -> None:
     """Through `leveller levels`' own parsing: equal R keeps the file's job order (the oracle gets the

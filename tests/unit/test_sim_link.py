@@ -126,7 +126,7 @@ def test_timeline_png(tmp_path) -> None:
 job_sets = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=4)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(job_sets, st.sampled_from([0, 2, 5]))
 def test_leveller_meets_the_paper_bound(spec, tau) -> None:
     jobs = [JobShape(Fraction(c), Fraction(m)) for c, m in spec]
@@ -137,7 +137,7 @@ def test_leveller_meets_the_paper_bound(spec, tau) -> None:
     assert res.min >= bound - slack
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(job_sets, st.sampled_from(["fair", "crux", "leveller"]), st.integers(1, 3))
 def test_rates_stay_in_unit_interval(spec, policy, gpus) -> None:
     jobs = [JobShape(Fraction(c), Fraction(m), gpus) for c, m in spec]
@@ -169,7 +169,7 @@ def test_simulator_drives_the_policy_object_it_is_given() -> None:
     assert res.min < 0.8
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3)), min_size=1, max_size=4),
        st.sampled_from(["fair", "crux", "leveller"]), st.sampled_from([None, "0", "1/2", "3"]), st.integers(1, 12))
 def test_event_bound_is_an_upper_bound(shapes, policy, tau, cycles) -> None:

@@ -125,14 +125,14 @@ def check_capacity(t: float, sim: Simulation) -> None:
     assert np.all(load <= sim.net.capacity * (1 + 1e-7)), f"a link is above capacity at t={t}"
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(scenarios())
 def test_random_networks_never_exceed_capacity(case) -> None:
     net, jobs, policy, levels, tau = case
     Simulation(net, jobs, make_net_policy(policy, tau), levels, duration=20, on_rates=check_capacity).run()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(scenarios())
 def test_fast_forward_of_lone_jobs_is_exact(case) -> None:
     """Closed-form advance of a job alone on its links gives what the event loop gives."""

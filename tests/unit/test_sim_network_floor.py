@@ -77,7 +77,7 @@ def networks(draw: st.DrawFn):
     return paths, np.asarray(cap), np.asarray(levels), np.asarray(active, dtype=bool)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(networks(), st.sampled_from([0.01, 0.05, 0.2, 0.33]))
 def test_floors_never_overload_a_link_and_zero_is_the_paper(net, floor) -> None:
     paths, cap, levels, active = net

@@ -62,7 +62,7 @@ def networks(draw):
     return paths, np.array(cap), np.array(levels), np.array(active)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(networks())
 def test_no_link_above_capacity(net) -> None:
     paths, cap, levels, active = net
@@ -71,7 +71,7 @@ def test_no_link_above_capacity(net) -> None:
     assert np.all(r[~active] == 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(networks())
 def test_within_a_level_every_flow_has_a_bottleneck(net) -> None:
     """Max-min per level: each active flow crosses a link that is full (counting this level and
@@ -90,7 +90,7 @@ def test_within_a_level_every_flow_has_a_bottleneck(net) -> None:
         assert found, f"flow {f} (level {lv}, rate {r[f]}) has no bottleneck link"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(networks())
 def test_higher_levels_never_slowed_by_lower_ones(net) -> None:
     paths, cap, levels, active = net

@@ -33,7 +33,7 @@ def histories(draw):
     return paths, cap, floor, top, steps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(histories())
 def test_incremental_fill_equals_full_fill_after_every_event(case) -> None:
     paths, cap, floor, top, steps = case

@@ -133,7 +133,7 @@ def test_rows_titles_limits_and_legend(drawn: list[Any], tmp_path: Path) -> None
     assert 0.85 < top.get_position().y1 <= 1 and top.get_position().y1 - bottom.get_position().y0 > 0.6
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8)
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=3))
 def test_picture_is_9_inches_wide_and_a_row_of_0_55_inch_per_job(panel_sizes: list[int]) -> None:
     """Size grows with the rows drawn (1 inch of margins + 0.55 inch per job of every panel), at 110 dpi."""
