@@ -22,6 +22,7 @@ from leveller.agent.enforce_bpf import BpfEnforcer
 from leveller.agent.flow_structs import decode_dscp
 
 from .packets import ipv4, ipv4_checksum_ok, ipv6, key4, key6, run, tcp
+from .support import reset_datapath
 
 pytestmark = pytest.mark.privileged
 
@@ -38,14 +39,8 @@ def loaded() -> Iterator[Datapath]:
 
 @pytest.fixture
 def datapath(loaded: Datapath) -> Datapath:
-    """The module's program as a freshly loaded one: no flow marked or counted, every slot free (the
-    ring full: a slot freed now comes back after all the others), the mark array zeroed, no lease."""
-    loaded.clear_dscp(list(loaded.slots.slot_of))
-    loaded.forget_flows(list(loaded.read_stats()))
-    loaded.set_lease(0)
-    assert loaded.read_dscp() == {} and not loaded.read_mark_array().any()
-    assert len(loaded.slots) == 0 and loaded.slots.pool.free == loaded.mark_slots
-    return loaded
+    """The module's program as a freshly loaded one (support.reset_datapath)."""
+    return reset_datapath(loaded)
 
 
 def dscp_calls(dp: Datapath, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:

@@ -21,6 +21,8 @@ from leveller.agent.flow_structs import KEY_FORMAT, SLOT_FORMAT
 from leveller.agent.slots import SlotTable
 from leveller.model.flow import FlowKey, flow_key
 
+from .support import reset_datapath
+
 pytestmark = pytest.mark.privileged
 
 
@@ -69,14 +71,8 @@ def loaded() -> Iterator[Datapath]:
 
 @pytest.fixture
 def datapath(loaded: Datapath) -> Datapath:
-    """The module's program as a freshly loaded one: no flow marked or counted, every slot free, the
-    mark array zeroed, no lease."""
-    loaded.clear_dscp(list(loaded.slots.slot_of))
-    loaded.forget_flows(list(loaded.read_stats()))
-    loaded.set_lease(0)
-    assert loaded.read_dscp() == {} and not loaded.read_mark_array().any()
-    assert len(loaded.slots) == 0 and loaded.slots.pool.free == loaded.mark_slots
-    return loaded
+    """The module's program as a freshly loaded one (support.reset_datapath)."""
+    return reset_datapath(loaded)
 
 
 def flows(n: int, start: int = 0) -> list[FlowKey]:
