@@ -225,7 +225,7 @@ DUMBBELL = "dumbbell:bottleneck_mbps=100"
 def network_pair(unit_s: float = PAIR_UNIT_S, mbps: float = 100.0) -> list:
     """The paper's pair on the dumbbell: job 1 (h1 <-> h3) C:M = 1:1, job 2 (h2 <-> h4) 1:2, in units of
     ``unit_s`` seconds; both rings cross the bottleneck in each direction (leveller.sim.network)."""
-    from leveller.sim.network.jobs import JobSpec
+    from leveller.model.job import JobSpec
 
     per_s = mbps * 1e6 / 8
     return [JobSpec("1", ("h1", "h3"), unit_s, unit_s * per_s), JobSpec("2", ("h2", "h4"), unit_s, 2 * unit_s * per_s)]

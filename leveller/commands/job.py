@@ -73,14 +73,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, parse_compute_change, parse_rate, parse_worker
+    from leveller.jobs.spec import RunConfig, parse_compute_change, parse_rate, parse_worker
 
-    spec = JobSpec(name=args.name, workers=tuple(parse_worker(w) for w in args.worker),
-                   compute_s=args.compute, comm_s=args.comm, rate_bps=parse_rate(args.rate),
-                   pattern=args.pattern, port=args.port, iterations=args.iterations,
-                   duration_s=args.duration, pace=args.pace, window_bytes=args.window, slack_s=args.slack,
-                   shift_file=args.shift_file,
-                   compute_changes=tuple(parse_compute_change(c) for c in args.compute_change))
+    spec = RunConfig(name=args.name, workers=tuple(parse_worker(w) for w in args.worker),
+                     compute_s=args.compute, comm_s=args.comm, rate_bps=parse_rate(args.rate),
+                     pattern=args.pattern, port=args.port, iterations=args.iterations,
+                     duration_s=args.duration, pace=args.pace, window_bytes=args.window, slack_s=args.slack,
+                     shift_file=args.shift_file,
+                     compute_changes=tuple(parse_compute_change(c) for c in args.compute_change))
     times: list[float] = []
     lock = threading.Lock()
 

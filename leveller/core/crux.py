@@ -21,14 +21,14 @@ network simulator and the live controller share:
 Choices where the paper (or what we could read of it) leaves room, each a parameter:
 
 - *Pairwise comparison model* (:func:`link_times`): the two jobs alone on one link of
-  unit capacity, both starting to compute at t = 0; an iteration computes
-  ``compute_s``; its communication (``comm_s`` seconds at full rate) may start
-  ``slack_s`` before compute ends and the iteration ends when both are done; strict
+  unit capacity, both starting to compute at t = 0; an iteration computes C (the
+  job's shape); its communication (M seconds at full rate) may start S (the
+  slack) before compute ends and the iteration ends when both are done; strict
   priority, preemptive and fluid. "Link time" is the full-rate transmission time a job
   completes inside the window ``[0, window_iterations x longer ideal iteration)``,
   transient included. Default 100 iterations.
 - *Reference job*: the most ``traffic`` (bytes of one iteration on the bottleneck;
-  defaults to ``comm_s``, i.e. equal link rates); ties go to the job listed first.
+  defaults to M, i.e. equal link rates); ties go to the job listed first.
 - *Degenerate ratios*: ``D_ref = D_j = 0`` (the pair never interferes) gives ``k_j = 1``;
   otherwise ``k_j`` is clamped to ``[1 / k_max, k_max]`` (default 10) so that a zero
   ``D`` on either side stays finite and keeps intensity meaningful.
@@ -45,7 +45,7 @@ Choices where the paper (or what we could read of it) leaves room, each a parame
   demoted without gain; among equal splits the earliest boundary wins.
 
 Using it (simulator or controller, on arrival and finish of a job): build one
-:class:`CruxJob` per job (``comm_s`` = its bytes of one iteration on its busiest link /
+:class:`CruxJob` per job (its shape's M = its bytes of one iteration on its busiest link /
 that link's rate), call :func:`priorities`; sort jobs by decreasing intensity and give
 their flows paths with :func:`assign_paths`; list the job pairs that share a directed
 link; :func:`compress_levels` gives each job's level for all its flows.
@@ -62,12 +62,14 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TypeVar
 
 import numpy as np
 
 from leveller.core.rate import Number
 from leveller.model.errors import UserError
+from leveller.model.shape import JobShape
 
 L = TypeVar("L", bound=Hashable)
 K = TypeVar("K", bound=Hashable)
@@ -86,48 +88,34 @@ def gpu_intensity(gpus: int, compute_s: Number, bottleneck_time_s: Number) -> Nu
 
 @dataclass(frozen=True)
 class CruxJob:
-    """What Crux knows about one job.
-
-    ``comm_s``: communication time of one iteration on the job's bottleneck link at full
-    rate (``t_j``). ``slack_s``: how long before compute ends the communication may start
-    (overlap with the backward pass), at most ``compute_s``. ``traffic``: bytes of one
-    iteration on the bottleneck, to pick the reference job (default ``comm_s``).
+    """What Crux knows about one job: its ``shape`` (leveller.model.shape, the one type and rule for
+    it: compute C, GPUs G, slack S <= C; communication M is ``t_j``, the time of one iteration's
+    traffic on the job's bottleneck link at full rate) and ``traffic``: bytes of one iteration on the
+    bottleneck, to pick the reference job (default M).
     """
 
     name: str
-    gpus: int
-    compute_s: Number
-    comm_s: Number
-    slack_s: Number = 0
+    shape: JobShape[float] | JobShape[Fraction]
     traffic: Number | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             raise UserError("job name must be a non-empty string")
-        if self.gpus < 1:
-            raise UserError(f"job {self.name!r}: gpus must be >= 1, got {self.gpus!r}")
-        if not self.compute_s >= 0:  # also refuses NaN
-            raise UserError(f"job {self.name!r}: compute_s must be >= 0, got {self.compute_s!r}")
-        if not self.comm_s > 0:
-            raise UserError(f"job {self.name!r}: comm_s must be > 0, got {self.comm_s!r}")
-        if not 0 <= self.slack_s <= self.compute_s:
-            raise UserError(f"job {self.name!r}: slack_s must be in [0, compute_s={self.compute_s!r}], "
-                            f"got {self.slack_s!r}")
         if self.traffic is not None and self.traffic < 0:
             raise UserError(f"job {self.name!r}: traffic must be >= 0, got {self.traffic!r}")
 
     @property
     def intensity(self) -> Number:
-        return gpu_intensity(self.gpus, self.compute_s, self.comm_s)
+        return gpu_intensity(self.shape.gpus, self.shape.compute, self.shape.comm)
 
     @property
     def ideal_s(self) -> Number:
         """Iteration time alone on the link: compute, plus the communication the slack cannot hide."""
-        return self.compute_s + max(0, self.comm_s - self.slack_s)
+        return self.shape.compute + max(0, self.shape.comm - self.shape.slack)
 
     @property
     def volume(self) -> Number:
-        return self.comm_s if self.traffic is None else self.traffic
+        return self.shape.comm if self.traffic is None else self.traffic
 
 
 def _alone_sends(job: CruxJob, until: Number) -> list[tuple[Number, Number]]:
@@ -135,11 +123,11 @@ def _alone_sends(job: CruxJob, until: Number) -> list[tuple[Number, Number]]:
     out: list[tuple[Number, Number]] = []
     t: Number = 0
     while t < until:
-        release = t + job.compute_s - job.slack_s
-        done = release + job.comm_s
+        release = t + job.shape.compute - job.shape.slack
+        done = release + job.shape.comm
         if release < until:
             out.append((release, done))
-        t = max(t + job.compute_s, done)
+        t = max(t + job.shape.compute, done)
     return out
 
 
@@ -149,8 +137,8 @@ def _low_link_time(job: CruxJob, busy: Sequence[tuple[Number, Number]], until: N
     t: Number = 0
     i = 0
     while t < until:
-        cur = t + job.compute_s - job.slack_s
-        need = job.comm_s
+        cur = t + job.shape.compute - job.shape.slack
+        need = job.shape.comm
         while need > 0:
             if cur >= until:
                 return used
@@ -164,7 +152,7 @@ def _low_link_time(job: CruxJob, busy: Sequence[tuple[Number, Number]], until: N
             used += min(cur + take, until) - cur
             need -= take
             cur += take
-        t = max(t + job.compute_s, cur)
+        t = max(t + job.shape.compute, cur)
     return used
 
 

@@ -238,7 +238,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
     ha_mode = any(f.target in HA_TARGETS for f in faults)
     settings = LiveSettings(seconds=duration_s)
     # R is compared between two runs of the same jobs: ideal times from the model, no profiling run
-    ideal = {j.name: j.compute_s(settings.unit_s) + j.comm_s(settings.unit_s) for j in jobs}
+    ideal = {j.name: j.seconds(settings.unit_s).ideal for j in jobs}
     live = [j.live(settings.unit_s) for j in jobs]
     cluster = DemoCluster(name, run_dir, progress=note)
     markers = [cluster.run_dir, cluster.work_dir, cluster.run_dir.parent / f"{cluster.run_dir.name}.demo-lock"]

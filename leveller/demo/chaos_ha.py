@@ -284,7 +284,7 @@ def controller_argv(cluster: DemoCluster, settings: LiveSettings, jobs: Sequence
             str(settings.stale_after_s), "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json",
             "--duration", str(settings.seconds + 60)]
     for j in jobs:
-        argv += ["--job-shape", j.shape]
+        argv += ["--job-shape", j.shape_arg]
     return argv + [*settings.controller_args]
 
 

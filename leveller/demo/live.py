@@ -22,12 +22,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leveller.demo.cluster import DemoCluster, record_pid
 from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
 from leveller.demo.scenario import LEVELS, LiveJob
 from leveller.procs import stop_pid
+
+if TYPE_CHECKING:
+    from leveller.jobs.spec import RunConfig
 
 Tick = Callable[[float], None]  # fraction of the run done
 # Bytes in flight per flow: two flows sharing a level stay below the switch's 100-packet queue, so
@@ -124,15 +127,18 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def job_spec(cluster: DemoCluster, job: LiveJob, seconds: float, shift_file: Path | None = None,
-             compute_changes: tuple[tuple[float, float], ...] = ()) -> Any:
-    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
+def run_config(cluster: DemoCluster, job: LiveJob, seconds: float, shift_file: Path | None = None,
+               compute_changes: tuple[tuple[float, float], ...] = ()) -> RunConfig:
+    """The job emulator's run configuration of ``job`` on the cluster (its shape converted at the wire)."""
+    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, RunConfig, WorkerPlace
 
     workers = tuple(WorkerPlace(cluster.ip(h), cluster.netns(h)) for h in job.hosts)
-    return JobSpec(job.name, workers, job.compute_s, job.comm_s, job.rate_mbps * 1e6, pattern=job.pattern,
-                   port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE, window_bytes=WINDOW_BYTES,
-                   slack_s=job.slack_s, shift_file=str(shift_file) if shift_file else None,
-                   compute_changes=compute_changes)
+    shape = job.shape
+    return RunConfig(job.name, workers, float(shape.compute), float(shape.comm), job.rate_mbps * 1e6,
+                     pattern=job.pattern, port=job.port, duration_s=seconds, payload_share=TCP_PAYLOAD_SHARE,
+                     window_bytes=WINDOW_BYTES, slack_s=float(shape.slack),
+                     shift_file=str(shift_file) if shift_file else None,
+                     compute_changes=compute_changes)
 
 
 def _run_jobs(cluster: DemoCluster, jobs: Sequence[LiveJob], log_dir: Path, seconds: float, tick: Tick,
@@ -147,9 +153,9 @@ def _run_jobs(cluster: DemoCluster, jobs: Sequence[LiveJob], log_dir: Path, seco
     paths = {j.name: log_dir / f"{j.name}.log" for j in jobs}
     changes = compute_changes or {}
     with contextlib.ExitStack() as stack:
-        runs = [stack.enter_context(JobRun(job_spec(cluster, j, seconds,
-                                                    shift_path(shift_dir, j.name) if shift_dir else None,
-                                                    changes.get(j.name, ())),
+        runs = [stack.enter_context(JobRun(run_config(cluster, j, seconds,
+                                                      shift_path(shift_dir, j.name) if shift_dir else None,
+                                                      changes.get(j.name, ())),
                                            log=str(paths[j.name])))
                 for j in jobs]
         t_start = min(r.started_at for r in runs)
@@ -215,7 +221,7 @@ def run_policy(cluster: DemoCluster, tag: str, policy: str, jobs: Sequence[LiveJ
                     "--lease", str(settings.lease_s), "--stale-after", str(settings.stale_after_s),
                     "--paths", f"sdn:{cluster.run_dir}", "--on-iteration", "--json", "--duration", bound)
     for j in jobs:
-        ctl_argv += ["--job-shape", j.shape]
+        ctl_argv += ["--job-shape", j.shape_arg]
     ctl_argv += [*settings.controller_args, *controller_args]
     logs = {j.name: work / f"{j.name}.log" for j in jobs}
     with contextlib.ExitStack() as stack:

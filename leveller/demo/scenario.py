@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.model.shape import JobShape
 
 LINK_MBPS = 100.0
 LEVELS = 2
@@ -43,19 +44,15 @@ def topology_dict() -> dict[str, Any]:
 @dataclass(frozen=True)
 class LiveJob:
     """One emulated job on the live cluster: a worker per host of ``hosts`` (rank order), each
-    iteration ``compute_s`` of compute and ``comm_s`` of communication at ``rate_mbps``; worker i
-    listens on ``port + i``. ``slack_s``: the communication starts that long before the compute
-    ends (overlap). ``gpus``: what Crux's intensity counts."""
+    iteration of the model's ``shape`` (leveller.model.shape: compute and communication seconds at
+    ``rate_mbps``, GPUs for Crux's intensity, slack for the overlap); worker i listens on ``port + i``."""
 
     name: str
     hosts: tuple[str, ...]
-    compute_s: float
-    comm_s: float
+    shape: JobShape[float]
     port: int
     pattern: str = "push"
-    slack_s: float = 0.0
     rate_mbps: float = LINK_MBPS
-    gpus: int = 1
 
     @property
     def ports(self) -> str:
@@ -63,46 +60,40 @@ class LiveJob:
         return f"{self.name}={self.port}-{self.port + len(self.hosts) - 1}"
 
     @property
-    def shape(self) -> str:
-        """``JOB=C:M:G:S`` for the controller's --job-shape."""
-        return f"{self.name}={self.compute_s!r}:{self.comm_s!r}:{self.gpus}:{self.slack_s!r}"
-
-    @property
-    def model_ideal_s(self) -> float:
-        """Iteration time alone in the model: compute plus the communication the slack cannot hide."""
-        return self.compute_s + max(0.0, self.comm_s - self.slack_s)
+    def shape_arg(self) -> str:
+        """``JOB=C:M:G:S`` for the controller's --job-shape (the shape's wire form)."""
+        s = self.shape
+        return f"{self.name}={float(s.compute)!r}:{float(s.comm)!r}:{s.gpus}:{float(s.slack)!r}"
 
 
 @dataclass(frozen=True)
 class JobPlan:
-    """One emulated job of an example."""
+    """One emulated job of an example: its shape in model time units, its sender host and ports."""
 
     name: str
-    compute_units: int
-    comm_units: int
+    units: JobShape[float]  # C and M in model time units
     sender: str
     port: int  # rank 0 listens on port, rank 1 on port + 1
 
     @property
     def shape(self) -> str:
-        return f"{self.compute_units}:{self.comm_units}"
+        """``C:M`` in model units: the example's name for the shape (its ideal time is profiled once)."""
+        return f"{self.units.compute}:{self.units.comm}"
 
-    def compute_s(self, unit_s: float) -> float:
-        return self.compute_units * unit_s
-
-    def comm_s(self, unit_s: float) -> float:
-        return self.comm_units * unit_s
+    def seconds(self, unit_s: float) -> JobShape[float]:
+        """The shape in seconds, one model time unit being ``unit_s`` seconds."""
+        return JobShape(self.units.compute * unit_s, self.units.comm * unit_s)
 
     def live(self, unit_s: float) -> LiveJob:
         """The job on the live cluster: rank 0 on the receiver, rank 1 sends (push)."""
-        return LiveJob(self.name, (RECEIVER, self.sender), self.compute_s(unit_s), self.comm_s(unit_s), self.port)
+        return LiveJob(self.name, (RECEIVER, self.sender), self.seconds(unit_s), self.port)
 
 
 def plan(example: str) -> list[JobPlan]:
     """The jobs of ``example`` ('pair' or 'trio'), job i+1 on sender host i+1."""
     if example not in SHAPES:
         raise UserError(f"example = {example!r} is invalid; allowed: {', '.join(SHAPES)}")
-    return [JobPlan(f"j{i + 1}", c, m, SENDERS[i], BASE_PORT + PORT_STRIDE * i)
+    return [JobPlan(f"j{i + 1}", JobShape(c, m), SENDERS[i], BASE_PORT + PORT_STRIDE * i)
             for i, (c, m) in enumerate(SHAPES[example])]
 
 

@@ -109,7 +109,7 @@ def run_soak(duration_s: float, interval_s: float = 5.0, name: str = "soak", run
     settings = LiveSettings(seconds=duration_s)
     jobs = plan(EXAMPLE)
     # R is context here, not the point: ideal times from the model instead of a profiling run
-    ideal = {j.name: j.compute_s(settings.unit_s) + j.comm_s(settings.unit_s) for j in jobs}
+    ideal = {j.name: j.seconds(settings.unit_s).ideal for j in jobs}
     cluster = DemoCluster(name, run_dir, progress=note)
     markers = [cluster.run_dir, cluster.work_dir]
     sampler = Sampler(cluster, interval_s)

@@ -32,6 +32,7 @@ import numpy as np
 from leveller.core.topology import Topology, preset
 from leveller.demo.scenario import LiveJob
 from leveller.errors import UserError
+from leveller.model.shape import JobShape
 
 FIG9_POLICIES = ("crux", "cassini", "leveller")
 LEAFSPINE_OPTIONS = {"hosts_per_leaf": 4}  # 12 hosts: the paper's 12 GPUs, one NIC each
@@ -191,8 +192,8 @@ class Tenant:
 
     def job(self, link_mbps: float) -> LiveJob:
         m = self.model
-        return LiveJob(self.name, self.hosts, round(m.compute_s, 4), round(m.comm_s, 4), self.port, pattern="ring",
-                       slack_s=round(m.slack_s, 4), rate_mbps=link_mbps, gpus=len(self.hosts))
+        shape = JobShape(round(m.compute_s, 4), round(m.comm_s, 4), len(self.hosts), round(m.slack_s, 4))
+        return LiveJob(self.name, self.hosts, shape, self.port, pattern="ring", rate_mbps=link_mbps)
 
     def to_dict(self) -> dict[str, Any]:
         return {"hosts": list(self.hosts), **self.model.to_dict()}

@@ -12,14 +12,11 @@ Model R is measured from the common start against each job's iteration time alon
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from leveller.core.switching import PAPER, SwitchRule
 from leveller.core.topology import Topology
 from leveller.demo.scenario import LiveJob
-
-if TYPE_CHECKING:
-    from leveller.sim.network.jobs import JobSpec
+from leveller.model.job import JobSpec
 
 
 def model_rates(topo: Topology, jobs: Sequence[LiveJob], policy: str, levels: int, seconds: float,
@@ -38,12 +35,13 @@ def model_rates(topo: Topology, jobs: Sequence[LiveJob], policy: str, levels: in
 
 def model_specs(jobs: Sequence[LiveJob]) -> list[JobSpec]:
     """The simulator's jobs for live ring jobs: each rank's link carries the live volume per iteration."""
-    from leveller.sim.network.jobs import JobSpec, ring_volumes
+    from leveller.sim.network.jobs import ring_volumes
 
     specs = []
     for j in jobs:
-        volume = j.comm_s * j.rate_mbps * 1e6 / 8  # bytes one rank sends its successor per iteration
+        shape = j.shape
+        volume = shape.comm * j.rate_mbps * 1e6 / 8  # bytes one rank sends its successor per iteration
         per_rank = ring_volumes(len(j.hosts), 1.0, 1)
-        specs.append(JobSpec(j.name, tuple(j.hosts), j.compute_s, volume / per_rank if per_rank else 0.0,
-                             slack=min(j.slack_s, j.compute_s)))
+        specs.append(JobSpec(j.name, tuple(j.hosts), float(shape.compute), volume / per_rank if per_rank else 0.0,
+                             slack=float(shape.slack)))
     return specs

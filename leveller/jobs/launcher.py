@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from leveller.errors import UserError
-from leveller.jobs.spec import JobSpec
+from leveller.jobs.spec import RunConfig
 
 LineHandler = Callable[[int, str], None]
 
 
-def worker_argv(spec: JobSpec, rank: int, deadline: float | None, log: str | None,
+def worker_argv(spec: RunConfig, rank: int, deadline: float | None, log: str | None,
                 prefix: Sequence[str] = (), python: str = sys.executable, started_at: float = 0.0) -> list[str]:
     """The command line that starts worker ``rank`` (namespace prefix first)."""
     place = spec.workers[rank]
@@ -70,7 +70,7 @@ class WorkerResult:
 class JobRun:
     """A running job; use as a context manager so every worker is stopped on exit."""
 
-    spec: JobSpec
+    spec: RunConfig
     log: str | None = None
     prefix: Sequence[str] = ()
     on_line: LineHandler | None = None

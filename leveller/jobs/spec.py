@@ -1,4 +1,5 @@
-"""What a job emulator run is: validated from user input, with errors that name the field."""
+"""What a job emulator run is (its RunConfig: a process run configuration, not the model's job, which is
+leveller.model.job.JobSpec): validated from user input, with errors that name the field."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ def parse_rate(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """A job: W workers alternating C seconds of compute and M seconds of communication at ``rate_bps``."""
+class RunConfig:
+    """One emulated job's run configuration: W workers (addresses, ports) alternating C seconds of compute
+    and M seconds of communication at ``rate_bps``, with the pattern, TCP window, shift file... of the run."""
 
     name: str
     workers: tuple[WorkerPlace, ...]

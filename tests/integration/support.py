@@ -344,13 +344,13 @@ def job_on_the_wire(tmp: Path, prefix: str, job_s: float = 90.0) -> Iterator[tup
     the path yielded) and a capture of its packets at the receiver: (pair, wire, log)."""
     from leveller.bench.levels_latency import WireWatch
     from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, WorkerPlace
+    from leveller.jobs.spec import RunConfig, WorkerPlace
     from leveller.testbed.vethpair import VethPair
 
     log = tmp / "job.log"
     with VethPair(prefix=prefix) as pair, \
             WireWatch(pair.ns_b, pair.if_b, str(pair.ip_a), JOB_PORT, proto=socket.IPPROTO_TCP) as wire:
-        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
-                       compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=job_s, pace=True)
+        spec = RunConfig("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
+                         compute_s=0.05, comm_s=0.05, rate_bps=100e6, port=JOB_PORT, duration_s=job_s, pace=True)
         with JobRun(spec, log=str(log)):
             yield pair, wire, log

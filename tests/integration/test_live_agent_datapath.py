@@ -21,7 +21,7 @@ from leveller.controller.service import Controller
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.launcher import JobRun
-from leveller.jobs.spec import JobSpec, WorkerPlace
+from leveller.jobs.spec import RunConfig, WorkerPlace
 from leveller.rpc.transport import ControllerClient, serve
 
 SECRET = b"live-test-secret-0123456"
@@ -36,8 +36,8 @@ def test_levels_reach_the_kernel_map_and_lease_clears_them(tmp_path: Path) -> No
 
     log = tmp_path / "j.log"
     with VethPair() as pair, Datapath(pair.if_a, netns=pair.ns_a) as dp:
-        spec = JobSpec("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
-                       compute_s=0.1, comm_s=0.1, rate_bps=100e6, port=PORT, duration_s=20.0, pace=True)
+        spec = RunConfig("live", (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
+                         compute_s=0.1, comm_s=0.1, rate_bps=100e6, port=PORT, duration_s=20.0, pace=True)
         ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.3, lease_s=1.0)
         server, port = serve(ctl, "127.0.0.1:0", SECRET)
         stop = threading.Event()

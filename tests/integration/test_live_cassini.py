@@ -25,13 +25,14 @@ from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, run_policy
 from leveller.demo.measure import job_bytes, overlap_share, sending
 from leveller.demo.scenario import LiveJob, topology_dict
+from leveller.model.shape import JobShape
 
 pytestmark = pytest.mark.privileged
 
 LINK_MBPS = 25.0
 # two jobs that each communicate half of the time: together they fit the link exactly when they alternate
-JOBS = [LiveJob("j1", ("h4", "h1"), 0.5, 0.5, 21000, rate_mbps=LINK_MBPS),
-        LiveJob("j2", ("h4", "h2"), 0.5, 0.5, 21010, rate_mbps=LINK_MBPS)]
+JOBS = [LiveJob("j1", ("h4", "h1"), JobShape(0.5, 0.5), 21000, rate_mbps=LINK_MBPS),
+        LiveJob("j2", ("h4", "h2"), JobShape(0.5, 0.5), 21010, rate_mbps=LINK_MBPS)]
 IDEAL = {"j1": 1.0, "j2": 1.0}
 BIN_S = 0.05
 SENDING_BPS = 0.1 * LINK_MBPS * 1e6  # a job sends in a bin when its counter grew faster than 10% of the link

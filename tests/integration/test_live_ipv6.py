@@ -24,7 +24,7 @@ from leveller.controller.service import Controller
 from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.jobs.launcher import JobRun
-from leveller.jobs.spec import JobSpec, WorkerPlace
+from leveller.jobs.spec import RunConfig, WorkerPlace
 from leveller.rpc.transport import ControllerClient, serve
 
 SECRET = b"live-ipv6-secret-0123456"
@@ -71,8 +71,8 @@ def test_an_ipv6_flow_is_reported_levelled_and_marked_on_the_wire(tmp_path: Path
     log = tmp_path / "j.log"
     top = default_level_map(2).dscp[1]  # a job alone gets the top level
     with VethPair(prefix="l6") as pair, Datapath(pair.if_a, netns=pair.ns_a) as dp:
-        spec = JobSpec("six", (WorkerPlace(str(pair.ip6_b), pair.ns_b), WorkerPlace(str(pair.ip6_a), pair.ns_a)),
-                       compute_s=0.05, comm_s=0.05, rate_bps=50e6, port=PORT, duration_s=20.0, pace=True)
+        spec = RunConfig("six", (WorkerPlace(str(pair.ip6_b), pair.ns_b), WorkerPlace(str(pair.ip6_a), pair.ns_a)),
+                         compute_s=0.05, comm_s=0.05, rate_bps=50e6, port=PORT, duration_s=20.0, pace=True)
         ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.3, lease_s=5.0)
         server, port = serve(ctl, "127.0.0.1:0", SECRET)
         stop = threading.Event()

@@ -33,13 +33,14 @@ from leveller.core.topology import topology_from_dict
 from leveller.demo.cluster import DemoCluster
 from leveller.demo.live import LiveSettings, run_policy
 from leveller.demo.scenario import RECEIVER, LiveJob, topology_dict
+from leveller.model.shape import JobShape
 from leveller.testbed.cluster import port_name
 from sdn.client import SdnClient
 
 pytestmark = pytest.mark.privileged
 
-A = LiveJob("ja", ("h4", "h1"), 0.8, 0.3, 21000, slack_s=0.8)
-B = LiveJob("jb", ("h4", "h2"), 0.5, 0.5, 21010)
+A = LiveJob("ja", ("h4", "h1"), JobShape(0.8, 0.3, slack=0.8), 21000)
+B = LiveJob("jb", ("h4", "h2"), JobShape(0.5, 0.5), 21010)
 IDEAL = {"ja": 0.8, "jb": 1.0}
 LEVELS = 3
 SECONDS = 30.0

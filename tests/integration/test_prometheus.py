@@ -88,7 +88,7 @@ def decisions(ctl: Proc) -> list[dict[str, Any]]:
 
 def test_prometheus_scrapes_controller_and_agent(tmp_path: Path) -> None:
     from leveller.jobs.launcher import JobRun
-    from leveller.jobs.spec import JobSpec, WorkerPlace
+    from leveller.jobs.spec import RunConfig, WorkerPlace
     from leveller.testbed.vethpair import VethPair
 
     ctl_port, ctl_metrics, agent_metrics = free_port(), free_port(), free_port()
@@ -98,8 +98,8 @@ def test_prometheus_scrapes_controller_and_agent(tmp_path: Path) -> None:
         logs = {}
         for job, port in PORTS.items():
             logs[job] = tmp_path / f"{job}.log"
-            spec = JobSpec(job, (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
-                           compute_s=0.05, comm_s=0.05, rate_bps=50e6, port=port, duration_s=60.0, pace=True)
+            spec = RunConfig(job, (WorkerPlace(str(pair.ip_b), pair.ns_b), WorkerPlace(str(pair.ip_a), pair.ns_a)),
+                             compute_s=0.05, comm_s=0.05, rate_bps=50e6, port=port, duration_s=60.0, pace=True)
             stack.enter_context(JobRun(spec, log=str(logs[job])))
         ctl = stack.enter_context(leveller_proc(
             tmp_path / "controller.out", "controller", "--listen", f"127.0.0.1:{ctl_port}", "--tau", "0.5",

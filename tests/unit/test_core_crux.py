@@ -11,6 +11,7 @@ from leveller.core import crux
 from leveller.core.crux import CruxJob
 from leveller.core.policies import CruxPolicy, JobView
 from leveller.model.errors import UserError
+from leveller.model.shape import JobShape
 
 # --- GPU intensity and correction factors ---------------------------------------------
 
@@ -27,9 +28,26 @@ def test_gpu_intensity_rejects_bad_input_naming_the_field(args: tuple, field: st
         crux.gpu_intensity(*args)
 
 
-def test_job_rejects_slack_longer_than_compute() -> None:
-    with pytest.raises(UserError, match="slack_s"):
-        crux.CruxJob("j", 1, 1.0, 1.0, slack_s=1.5)
+@pytest.mark.parametrize("shape, message", [
+    ((1.0, 1.0, 1, 1.5), "slack S must be in 0..C (1.0), got 1.5"),
+    ((1.0, 1.0, 1, -0.5), "slack S must be in 0..C (1.0), got -0.5"),
+    ((1, 1, 0), "GPUs G must be >= 1, got 0"),
+    ((-1, 1), "compute time C must be > 0, got -1"),
+    ((0, 1), "compute time C must be > 0, got 0"),
+    ((1, 0), "communication time M must be > 0, got 0"),
+])
+def test_a_crux_job_holds_only_a_shape_within_the_models_rule(shape: tuple, message: str) -> None:
+    # the shape's rule is the model's (leveller.model.shape), stated once: a CruxJob cannot re-state it
+    with pytest.raises(ValueError) as exc:
+        crux.CruxJob("j", JobShape(*shape))
+    assert str(exc.value) == message
+
+
+def test_a_crux_job_reads_gpus_compute_and_comm_from_its_shape() -> None:
+    job = crux.CruxJob("j", JobShape(Fraction(2), Fraction(1, 2), 3, Fraction(1, 4)))
+    assert job.intensity == 12  # G * C / M = 3 * 2 / (1/2)
+    assert job.ideal_s == Fraction(9, 4)  # C + M - S
+    assert job.volume == Fraction(1, 2)  # M when no traffic is given
 
 
 # The k2 = 1.5 example. Job 1 (the reference: more traffic) computes 2 and sends 2 per
@@ -37,8 +55,8 @@ def test_job_rejects_slack_longer_than_compute() -> None:
 #   job 1 first: job 1 sends [2,4), [6,8), ... -> 200; job 2 sends [1,2) then [4k, 4k+1) -> 100.
 #   job 2 first: job 2 sends every [2k+1, 2k+2) -> 200; job 1 needs 6 per iteration -> 133.
 # D_1 = 200 - 133 = 67, D_2 = 200 - 100 = 100, k_2 = 100 / 67 -> 1.5 as the window grows.
-JOB1 = crux.CruxJob("1", 1, 2, 2)
-JOB2 = crux.CruxJob("2", 1, 1, 1)
+JOB1 = crux.CruxJob("1", JobShape(2, 2))
+JOB2 = crux.CruxJob("2", JobShape(1, 1))
 
 
 def test_pairwise_link_times_match_the_hand_computed_schedules() -> None:
@@ -60,31 +78,31 @@ def test_k2_is_one_and_a_half_and_job2_overtakes_at_equal_intensity() -> None:
 
 def test_paper_pair_has_k_one_so_crux_is_plain_intensity_there() -> None:
     # The LEVELLER paper's pair (compute 1 / send 1, compute 1 / send 2): both gain 51 in [0, 300).
-    a, b = crux.CruxJob("1", 1, 1, 1), crux.CruxJob("2", 1, 1, 2)
+    a, b = crux.CruxJob("1", JobShape(1, 1)), crux.CruxJob("2", JobShape(1, 2))
     assert crux.link_times(a, b, 300) == (150, 149)
     assert crux.link_times(b, a, 300) == (200, 99)
     assert crux.correction_factors([a, b]) == {"1": 1.0, "2": 1.0}
 
 
 def test_exact_inputs_give_exact_link_times() -> None:
-    a = crux.CruxJob("a", 1, Fraction(1, 3), Fraction(1, 2))
-    b = crux.CruxJob("b", 1, Fraction(1, 2), Fraction(1, 3))
+    a = crux.CruxJob("a", JobShape(Fraction(1, 3), Fraction(1, 2)))
+    b = crux.CruxJob("b", JobShape(Fraction(1, 2), Fraction(1, 3)))
     high, low = crux.link_times(a, b, Fraction(10))
     assert isinstance(high, Fraction) and isinstance(low, Fraction)
     assert high + low <= 10
 
 
 def test_reference_job_is_the_one_with_most_traffic() -> None:
-    small = crux.CruxJob("s", 8, 1, 1, traffic=10)
-    big = crux.CruxJob("b", 1, 1, 1, traffic=20)
+    small = crux.CruxJob("s", JobShape(1, 1, 8), traffic=10)
+    big = crux.CruxJob("b", JobShape(1, 1), traffic=20)
     assert crux.reference_job([small, big]).name == "b"
     assert crux.correction_factors([small, big])["b"] == 1.0
 
 
 def test_jobs_that_never_meet_on_the_link_keep_k_one() -> None:
     # a sends [1, 2), [3, 4), ...; b sends during its compute, [0, 1), [2, 3), ...: disjoint.
-    a = crux.CruxJob("a", 1, 1, 1)
-    b = crux.CruxJob("b", 1, 2, 1, slack_s=2, traffic=5)
+    a = crux.CruxJob("a", JobShape(1, 1))
+    b = crux.CruxJob("b", JobShape(2, 1, 1, 2), traffic=5)
     assert crux.priority_gain(a, b, 200) == crux.priority_gain(b, a, 200) == 0
     assert crux.correction_factors([a, b]) == {"a": 1.0, "b": 1.0}
 
@@ -92,23 +110,23 @@ def test_jobs_that_never_meet_on_the_link_keep_k_one() -> None:
 def test_k_is_clamped_when_the_reference_loses_nothing() -> None:
     # The reference hides its communication in its compute (slack = compute): yielding costs it
     # nothing, while j (compute 2, send 1) loses link time when it yields: D_ref = 0 < D_j.
-    ref = crux.CruxJob("ref", 1, 2, 1, slack_s=2, traffic=10)
-    j = crux.CruxJob("j", 1, 2, 1)
+    ref = crux.CruxJob("ref", JobShape(2, 1, 1, 2), traffic=10)
+    j = crux.CruxJob("j", JobShape(2, 1))
     assert crux.priority_gain(ref, j, 300) == 0 < crux.priority_gain(j, ref, 300)
     assert crux.correction_factors([ref, j]) == {"ref": 1.0, "j": 10.0}
     assert crux.correction_factors([ref, j], k_max=4.0)["j"] == 4.0
 
 
 def test_priority_gain_is_never_negative() -> None:
-    jobs = [crux.CruxJob(str(i), 1, c, m, slack_s=s) for i, (c, m, s) in
+    jobs = [crux.CruxJob(str(i), JobShape(c, m, 1, s)) for i, (c, m, s) in
             enumerate([(1, 1, 0), (2, 1, 1), (1, 3, 0.5), (0.3, 0.7, 0), (3, 0.2, 3)])]
     for a, b in itertools.permutations(jobs, 2):
         assert crux.priority_gain(a, b, 50) >= 0
 
 
 def test_slack_hides_communication_in_the_ideal_time() -> None:
-    assert crux.CruxJob("j", 1, 3, 2, slack_s=1).ideal_s == 4
-    assert crux.CruxJob("j", 1, 3, 2, slack_s=3).ideal_s == 3
+    assert crux.CruxJob("j", JobShape(3, 2, 1, 1)).ideal_s == 4
+    assert crux.CruxJob("j", JobShape(3, 2, 1, 3)).ideal_s == 3
 
 
 # --- path selection -------------------------------------------------------------------
@@ -281,13 +299,8 @@ def test_compressed_levels_respect_priority_between_contending_jobs(case) -> Non
     (lambda: crux.gpu_intensity(0, 1, 1), "gpus must be >= 1, got 0"),
     (lambda: crux.gpu_intensity(1, -1, 1), "compute_s must be >= 0, got -1"),
     (lambda: crux.gpu_intensity(1, 1, 0), "bottleneck_time_s must be > 0, got 0"),
-    (lambda: crux.CruxJob("", 1, 1, 1), "job name must be a non-empty string"),
-    (lambda: crux.CruxJob("j", 0, 1, 1), "job 'j': gpus must be >= 1, got 0"),
-    (lambda: crux.CruxJob("j", 1, -1, 1), "job 'j': compute_s must be >= 0, got -1"),
-    (lambda: crux.CruxJob("j", 1, 1, 0), "job 'j': comm_s must be > 0, got 0"),
-    (lambda: crux.CruxJob("j", 1, 1.0, 1.0, slack_s=1.5), "job 'j': slack_s must be in [0, compute_s=1.0], got 1.5"),
-    (lambda: crux.CruxJob("j", 1, 1.0, 1.0, slack_s=-0.5), "job 'j': slack_s must be in [0, compute_s=1.0], got -0.5"),
-    (lambda: crux.CruxJob("j", 1, 1, 1, traffic=-1), "job 'j': traffic must be >= 0, got -1"),
+    (lambda: crux.CruxJob("", JobShape(1, 1)), "job name must be a non-empty string"),
+    (lambda: crux.CruxJob("j", JobShape(1, 1), traffic=-1), "job 'j': traffic must be >= 0, got -1"),
     (lambda: crux.link_times(JOB1, JOB2, 0), "window_s must be > 0, got 0"),
     (lambda: crux.correction_factors([JOB1, JOB2, JOB1, JOB2]), "job names must be unique, repeated: ['1', '2']"),
     (lambda: crux.reference_job([]), "need at least one job"),
@@ -320,8 +333,8 @@ def test_refusals_name_the_value_and_the_rule(call, message: str) -> None:  # ty
 
 @pytest.mark.parametrize("traffic", [0, 0.5, Fraction(1, 3)])
 def test_any_traffic_from_zero_up_is_accepted_and_picks_the_reference(traffic: float) -> None:
-    quiet = crux.CruxJob("q", 1, 1, 1, traffic=traffic)
-    loud = crux.CruxJob("l", 1, 1, 1, traffic=1)
+    quiet = crux.CruxJob("q", JobShape(1, 1), traffic=traffic)
+    loud = crux.CruxJob("l", JobShape(1, 1), traffic=1)
     assert quiet.volume == traffic and crux.reference_job([quiet, loud]) is loud
 
 
@@ -364,8 +377,10 @@ def test_dp_takes_weights_from_zero_and_an_empty_order() -> None:
 
 # --- P = k * I with the defaults, k's clamp, paths with the flow's demand, refusals ---------
 F = Fraction
-JOBS_1 = [CruxJob("a", 1, F(4), F(1)), CruxJob("b", 7, F(1, 2), F(1)), CruxJob("c", 6, F(4), F(4))]
-JOBS_2 = [CruxJob("a", 6, F(8), F(2), F(4)), CruxJob("b", 6, F(7), F(2), F(2)), CruxJob("c", 7, F(4), F(3))]
+JOBS_1 = [CruxJob("a", JobShape(F(4), F(1))), CruxJob("b", JobShape(F(1, 2), F(1), 7)),
+          CruxJob("c", JobShape(F(4), F(4), 6))]
+JOBS_2 = [CruxJob("a", JobShape(F(8), F(2), 6, F(4))), CruxJob("b", JobShape(F(7), F(2), 6, F(2))),
+          CruxJob("c", JobShape(F(4), F(3), 7))]
 
 
 def test_priorities_are_k_times_intensity_with_the_documented_defaults() -> None:
@@ -384,14 +399,14 @@ def test_priorities_are_k_times_intensity_with_the_documented_defaults() -> None
 
 
 def test_k_is_clamped_below_at_one_over_k_max() -> None:
-    jobs = [CruxJob("a", 6, F(2), F(3, 2), F(3, 2)), CruxJob("b", 6, F(7), F(1, 2))]
+    jobs = [CruxJob("a", JobShape(F(2), F(3, 2), 6, F(3, 2))), CruxJob("b", JobShape(F(7), F(1, 2), 6))]
     assert crux.correction_factors(jobs) == {"a": 1.0, "b": 0.1}
     assert crux.correction_factors(jobs, k_max=4.0) == {"a": 1.0, "b": 0.25}
 
 
 def test_link_times_take_a_window_shorter_than_a_second() -> None:
-    job = CruxJob("a", 1, F(0), F(1))
-    assert crux.link_times(job, job, F(1, 2)) == (F(1, 2), 0)
+    job = CruxJob("a", JobShape(F(1, 4), F(1)))
+    assert crux.link_times(job, job, F(1, 2)) == (F(1, 4), 0)
 
 
 def test_a_path_crossing_no_link_is_the_least_congested() -> None:
@@ -462,8 +477,8 @@ def test_crux_intensity_refuses_a_communication_time_that_is_not_positive(comm: 
     # G*C/M with M = 0 is a division by zero (or inf/nan with floats) that would rank the job first.
     with pytest.raises(UserError, match="bottleneck_time_s must be > 0"):
         crux.gpu_intensity(1, 1.0, comm)
-    with pytest.raises(UserError, match="comm_s must be > 0"):
-        crux.CruxJob("a", 1, 1.0, comm)
+    with pytest.raises(ValueError, match="communication time M must be > 0"):
+        crux.CruxJob("a", JobShape(1.0, comm))
     with pytest.raises(ValueError, match="communication time must be > 0"):
         CruxPolicy().order([JobView("a", compute=1.0, comm=comm), JobView("b", compute=1.0, comm=1.0)])
 
@@ -478,7 +493,8 @@ def test_crux_intensity_values() -> None:
 
 
 def test_crux_weights_refuse_two_jobs_with_one_name() -> None:
-    jobs = [crux.CruxJob("a", 1, 1.0, 1.0), crux.CruxJob("b", 1, 2.0, 1.0), crux.CruxJob("a", 2, 1.0, 1.0)]
+    jobs = [crux.CruxJob("a", JobShape(1.0, 1.0)), crux.CruxJob("b", JobShape(2.0, 1.0)),
+            crux.CruxJob("a", JobShape(1.0, 1.0, 2))]
     with pytest.raises(UserError, match=r"repeated: \['a'\]"):
         crux.correction_factors(jobs)
     with pytest.raises(UserError, match=r"repeated: \['a'\]"):
@@ -489,5 +505,5 @@ def test_crux_refuses_a_nan_compute_time() -> None:
     # NaN passes a "< 0" check; its intensity would be NaN and its place in the order arbitrary.
     with pytest.raises(UserError, match="compute_s must be >= 0"):
         crux.gpu_intensity(1, float("nan"), 1.0)
-    with pytest.raises(UserError, match="compute_s must be >= 0"):
-        crux.CruxJob("a", 1, float("nan"), 1.0)
+    with pytest.raises(ValueError, match="compute time C must be > 0, got nan"):
+        crux.CruxJob("a", JobShape(float("nan"), 1.0))

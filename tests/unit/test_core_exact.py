@@ -32,6 +32,7 @@ from leveller.core.qos import (
 from leveller.core.topology import preset
 from leveller.model.errors import UserError
 from leveller.model.flow import flow_key, stable_hash
+from leveller.model.shape import JobShape
 
 
 def test_tc_filters_for_two_levels() -> None:
@@ -205,22 +206,23 @@ def test_flow_key_defaults_are_tcp_without_ports() -> None:
 # ---- refusals of the scheduling core (Crux, CASSINI, the cycle bound, the profiler) ----------------
 
 J = crux.CruxJob
-A, B = J("a", 1, 2.0, 1.0), J("b", 2, 1.0, 1.0)
+A, B = J("a", JobShape(2.0, 1.0)), J("b", JobShape(1.0, 1.0, 2))
 CA = CircleJob("a", 1.0, ((0.0, 0.5, 1.0),))
 
 
 @pytest.mark.parametrize("call,exc,message", [
-    (lambda: J("", 1, 1.0, 1.0), UserError, "job name must be a non-empty string"),
-    (lambda: J("a", 0, 1.0, 1.0), UserError, "job 'a': gpus must be >= 1, got 0"),
-    (lambda: J("a", 1, -1.0, 1.0), UserError, "job 'a': compute_s must be >= 0, got -1.0"),
-    (lambda: J("a", 1, 1.0, 0.0), UserError, "job 'a': comm_s must be > 0, got 0.0"),
-    (lambda: J("a", 1, 1.0, 1.0, slack_s=1.5), UserError, "job 'a': slack_s must be in [0, compute_s=1.0], got 1.5"),
-    (lambda: J("a", 1, 1.0, 1.0, slack_s=-0.1), UserError, "job 'a': slack_s must be in [0, compute_s=1.0], got -0.1"),
-    (lambda: J("a", 1, 1.0, 1.0, traffic=-1), UserError, "job 'a': traffic must be >= 0, got -1"),
+    (lambda: J("", JobShape(1.0, 1.0)), UserError, "job name must be a non-empty string"),
+    (lambda: J("a", JobShape(1.0, 1.0, 0)), ValueError, "GPUs G must be >= 1, got 0"),  # the shape's rule
+    (lambda: J("a", JobShape(-1.0, 1.0)), ValueError, "compute time C must be > 0, got -1.0"),
+    (lambda: J("a", JobShape(1.0, 0.0)), ValueError, "communication time M must be > 0, got 0.0"),
+    (lambda: J("a", JobShape(1.0, 1.0, 1, 1.5)), ValueError, "slack S must be in 0..C (1.0), got 1.5"),
+    (lambda: J("a", JobShape(1.0, 1.0, 1, -0.1)), ValueError, "slack S must be in 0..C (1.0), got -0.1"),
+    (lambda: J("a", JobShape(1.0, 1.0), traffic=-1), UserError, "job 'a': traffic must be >= 0, got -1"),
     (lambda: crux.gpu_intensity(0, 1.0, 1.0), UserError, "gpus must be >= 1, got 0"),
     (lambda: crux.link_times(A, B, 0), UserError, "window_s must be > 0, got 0"),
-    (lambda: crux.correction_factors([A, J("a", 1, 1.0, 1.0)]), UserError, "job names must be unique, repeated: ['a']"),
-    (lambda: crux.correction_factors([A, B, A, B, J("c", 1, 1.0, 1.0)]), UserError,
+    (lambda: crux.correction_factors([A, J("a", JobShape(1.0, 1.0))]), UserError,
+     "job names must be unique, repeated: ['a']"),
+    (lambda: crux.correction_factors([A, B, A, B, J("c", JobShape(1.0, 1.0))]), UserError,
      "job names must be unique, repeated: ['a', 'b']"),
     (lambda: crux.reference_job([]), UserError, "need at least one job"),
     (lambda: crux.correction_factors([A, B], window_iterations=0), UserError,
@@ -288,10 +290,11 @@ def test_refusal_message(call: Callable[[], Any], exc: type[Exception], message:
 
 
 def test_values_at_the_bounds_are_accepted() -> None:
-    assert J("a", 1, 0.0, 1e-9, slack_s=0.0).intensity == 0.0  # no compute, tiny communication
-    assert J("a", 1, 2.0, 1.0, slack_s=2.0).ideal_s == 2.0  # all communication hidden
-    assert J("a", 1, 2.0, 3.0, slack_s=1.0).ideal_s == 4.0
-    assert J("a", 1, 1.0, 1.0, traffic=0).volume == 0 and J("a", 1, 1.0, 2.0).volume == 2.0
+    assert crux.gpu_intensity(1, 0.0, 1e-9) == 0.0  # no compute, tiny communication
+    assert J("a", JobShape(2.0, 0.5, 3)).intensity == 12.0  # G * C / M from the shape
+    assert J("a", JobShape(2.0, 1.0, 1, 2.0)).ideal_s == 2.0  # all communication hidden
+    assert J("a", JobShape(2.0, 3.0, 1, 1.0)).ideal_s == 4.0
+    assert J("a", JobShape(1.0, 1.0), traffic=0).volume == 0 and J("a", JobShape(1.0, 2.0)).volume == 2.0
     assert crux.correction_factors([A, B], window_iterations=1, k_max=1.0) == {"a": 1.0, "b": 1.0}
     assert CircleJob("a", 1.0, ((0.999, 1.0, 1.0),)).arcs == ((0.999, 1.0, 1.0),)
     assert next_reprofile_time(100, 10, 0.0) == 105 and next_reprofile_time(100, 10, 0.5) == 110

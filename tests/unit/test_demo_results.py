@@ -10,6 +10,7 @@ from leveller.demo.plots import top_spans
 from leveller.demo.results import RunResult, acceptance, json_doc, table_rows
 from leveller.demo.scenario import plan, topology_dict
 from leveller.errors import UserError
+from leveller.model.shape import JobShape
 
 
 def line(job: str, n: int, t: float, rank: int = 0) -> str:
@@ -67,6 +68,10 @@ def test_plan_puts_each_job_on_its_own_sender_and_port_range() -> None:
     assert all(b[0] > a[1] for a, b in zip(ranges, ranges[1:]))
     assert all(j.port + 1 < 32768 for j in trio)  # below the ephemeral range
     assert trio[0].live(0.25).ports == f"j1={trio[0].port}-{trio[0].port + 1}"
+    # the shape in seconds, and its wire form for the controller's --job-shape (floats, as before)
+    assert trio[2].seconds(0.25) == JobShape(0.5, 0.25) and trio[2].seconds(0.25).ideal == 0.75
+    assert trio[2].live(0.25).shape == JobShape(0.5, 0.25)
+    assert trio[2].live(0.25).shape_arg == "j3=0.5:0.25:1:0.0"
     with pytest.raises(UserError, match="example"):
         plan("quartet")
     topo = topology_from_dict(topology_dict())
@@ -113,21 +118,21 @@ def test_acceptance_reports_runs_not_done() -> None:
 
 def test_demo_jobs_count_frame_headers_and_clamp_their_window() -> None:
     from leveller.jobs.launcher import worker_argv
-    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, JobSpec, WorkerPlace
+    from leveller.jobs.spec import TCP_PAYLOAD_SHARE, RunConfig, WorkerPlace
 
     workers = (WorkerPlace("10.0.0.4"), WorkerPlace("10.0.0.1"))
-    plain = JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10)
-    framed = JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=TCP_PAYLOAD_SHARE,
-                     window_bytes=65536)
+    plain = RunConfig("j", workers, 0.25, 0.5, 100e6, duration_s=10)
+    framed = RunConfig("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=TCP_PAYLOAD_SHARE,
+                       window_bytes=65536)
     assert plain.bytes_per_iteration == 6_250_000  # 0.5 s at 100 Mbit/s
     # 1448 payload bytes per 1514-byte frame: 0.5 s of frames on the wire
     assert framed.bytes_per_iteration == round(6_250_000 * 1448 / 1514)
     argv = worker_argv(framed, 1, None, None)
     assert argv[argv.index("--window") + 1] == "65536" and "--window" not in worker_argv(plain, 1, None, None)
     with pytest.raises(UserError, match="--window"):
-        JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, window_bytes=100)
+        RunConfig("j", workers, 0.25, 0.5, 100e6, duration_s=10, window_bytes=100)
     with pytest.raises(UserError, match="--payload-share"):
-        JobSpec("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=1.5)
+        RunConfig("j", workers, 0.25, 0.5, 100e6, duration_s=10, payload_share=1.5)
 
 
 def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:

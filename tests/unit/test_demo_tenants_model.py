@@ -6,19 +6,20 @@ import pytest
 
 from leveller.demo.scenario import LiveJob
 from leveller.demo.tenants import dumbbell, fig9_tenants
+from leveller.model.shape import JobShape
 
 
 def test_a_live_ring_alone_takes_compute_plus_its_communication_in_the_model() -> None:
     """A 2-host ring sends M x rate / 8 bytes per rank per iteration: alone at 25 Mbit/s its iteration
     is C + M (0.3 + 0.5 s), so the model's bytes undo the ring's 2(W-1)/W factor exactly."""
     from leveller.core.topology import Topology
+    from leveller.model.job import JobSpec
     from leveller.sim.network.engine import Simulation
-    from leveller.sim.network.jobs import JobSpec
     from leveller.sim.network.policies import make_net_policy
     from leveller.sim.network.topology import Network
 
     topo: Topology = dumbbell(25.0)
-    job = LiveJob("a", ("h1", "h4"), 0.3, 0.5, 22000, pattern="ring", rate_mbps=25.0)
+    job = LiveJob("a", ("h1", "h4"), JobShape(0.3, 0.5), 22000, pattern="ring", rate_mbps=25.0)
     volume = 0.5 * 25e6 / 8
     net = Network("t", topo, {h.name: (h.name,) for h in topo.hosts}, 1)
     res = Simulation(net, [JobSpec("a", job.hosts, 0.3, volume)], make_net_policy("fair"), 2, 20.0).run()
@@ -33,11 +34,14 @@ def test_a_three_host_ring_gives_the_simulator_bytes_that_put_the_live_volume_on
     simulator's ring all-reduce puts 2(W-1)/W = 4/3 x bytes on each link, so bytes = 1,406,250."""
     from leveller.demo.tenants_model import model_specs
 
-    job = LiveJob("b", ("h1", "h2", "h4"), 0.2, 0.6, 22000, pattern="ring", slack_s=0.5, rate_mbps=25.0)
+    job = LiveJob("b", ("h1", "h2", "h4"), JobShape(0.2, 0.6, slack=0.2), 22000, pattern="ring", rate_mbps=25.0)
     spec = model_specs([job])[0]
     assert spec.bytes == pytest.approx(1_406_250)
     assert spec.hosts == ("h1", "h2", "h4") and spec.compute == 0.2
-    assert spec.slack == 0.2  # the worker starts the exchange at most its compute before the compute ends
+    assert spec.slack == 0.2
+    # the worker starts the exchange at most its compute before the compute ends: the shape's rule
+    with pytest.raises(ValueError, match="slack S must be in 0..C"):
+        LiveJob("b", ("h1", "h2", "h4"), JobShape(0.2, 0.6, slack=0.5), 22000)
 
 
 def test_figure_9_in_the_model_levels_the_jobs_above_fair_and_crux() -> None:

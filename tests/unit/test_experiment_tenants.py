@@ -66,7 +66,7 @@ def test_draws_are_seeded_per_tenant_count_and_repeat() -> None:
     assert a != draw_tenants(3, TOPO, seed=5, repeat=2)
     assert [t.port for t in a] == [22000, 22010, 22020]
     job = a[0].job(100.0)
-    assert job.pattern == "ring" and job.gpus == len(a[0].hosts) and job.hosts == a[0].hosts
+    assert job.pattern == "ring" and job.shape.gpus == len(a[0].hosts) and job.hosts == a[0].hosts
 
 
 def test_fig9_jobs_share_the_dumbbells_bottleneck() -> None:

@@ -24,7 +24,7 @@ from leveller.jobs.control import (
     write_shift,
 )
 from leveller.jobs.hook import IterationReporter
-from leveller.jobs.spec import JobSpec, WorkerPlace
+from leveller.jobs.spec import RunConfig, WorkerPlace
 
 
 def test_phase_delay_waits_for_the_next_start_instant() -> None:
@@ -91,13 +91,13 @@ def test_comm_line_format_and_pattern() -> None:
 
 def test_spec_slack_bounds_and_derived_times() -> None:
     loop = (WorkerPlace("127.0.0.1"), WorkerPlace("127.0.0.1"))
-    spec = JobSpec("j", loop, compute_s=1.0, comm_s=0.25, rate_bps=1e8, duration_s=5, slack_s=0.75)
+    spec = RunConfig("j", loop, compute_s=1.0, comm_s=0.25, rate_bps=1e8, duration_s=5, slack_s=0.75)
     assert spec.wait_s == pytest.approx(0.5) and spec.ideal_s == pytest.approx(1.0)
-    spec = JobSpec("j", loop, compute_s=1.0, comm_s=0.5, rate_bps=1e8, duration_s=5, slack_s=0.25)
+    spec = RunConfig("j", loop, compute_s=1.0, comm_s=0.5, rate_bps=1e8, duration_s=5, slack_s=0.25)
     assert spec.wait_s == 0.0 and spec.ideal_s == pytest.approx(1.25)
     from leveller.errors import UserError
     with pytest.raises(UserError, match="--slack"):
-        JobSpec("j", loop, compute_s=1.0, comm_s=0.5, rate_bps=1e8, duration_s=5, slack_s=1.5)
+        RunConfig("j", loop, compute_s=1.0, comm_s=0.5, rate_bps=1e8, duration_s=5, slack_s=1.5)
 
 
 def test_hook_announces_communication_and_sleeps_a_new_shift_once(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from leveller.jobs.launcher import JobRun
-from leveller.jobs.spec import JobSpec, WorkerPlace
+from leveller.jobs.spec import RunConfig, WorkerPlace
 from tests.helpers.net import free_port_block
 
 LOOP = WorkerPlace("127.0.0.1")
@@ -16,8 +16,8 @@ LOOP = WorkerPlace("127.0.0.1")
 def test_push_pace_is_compute_plus_communication(tmp_path: Path) -> None:
     # 0.2 s compute + 0.2 s of bytes at a kernel-paced 100 Mbit/s -> ~0.4 s per iteration.
     log = tmp_path / "j.log"
-    spec = JobSpec("pace", (LOOP, LOOP), compute_s=0.2, comm_s=0.2, rate_bps=100e6,
-                   port=free_port_block(2), duration_s=6.0, pace=True)
+    spec = RunConfig("pace", (LOOP, LOOP), compute_s=0.2, comm_s=0.2, rate_bps=100e6,
+                     port=free_port_block(2), duration_s=6.0, pace=True)
     times: list[float] = []
     def on_line(rank: int, line: str) -> None:
         if rank == 0:
@@ -37,8 +37,8 @@ def test_push_pace_is_compute_plus_communication(tmp_path: Path) -> None:
 
 
 def test_ring_every_worker_sends_and_receives_each_iteration() -> None:
-    spec = JobSpec("ring", (LOOP, LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, pattern="ring",
-                   port=free_port_block(3), iterations=4)
+    spec = RunConfig("ring", (LOOP, LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, pattern="ring",
+                     port=free_port_block(3), iterations=4)
     with JobRun(spec) as job:
         results = job.wait()
     assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
@@ -48,8 +48,8 @@ def test_ring_every_worker_sends_and_receives_each_iteration() -> None:
 
 def test_worker_failure_is_reported_not_hung() -> None:
     # Worker 1 listens on an address that cannot be bound here: it fails, the launcher stops worker 0.
-    spec = JobSpec("bad", (LOOP, WorkerPlace("192.0.2.1")), compute_s=0.1, comm_s=0.1, rate_bps=1e6,
-                   port=free_port_block(2), duration_s=60.0)
+    spec = RunConfig("bad", (LOOP, WorkerPlace("192.0.2.1")), compute_s=0.1, comm_s=0.1, rate_bps=1e6,
+                     port=free_port_block(2), duration_s=60.0)
     with JobRun(spec) as job:
         results = job.wait()
     assert results[1].returncode not in (0, None)
@@ -64,8 +64,8 @@ def test_slack_overlaps_the_exchange_with_the_compute_and_announces_the_wait(tmp
     from leveller.jobs.control import COMM_PATTERN
 
     log = tmp_path / "j.log"
-    spec = JobSpec("ovl", (LOOP, LOOP), compute_s=0.4, comm_s=0.2, rate_bps=100e6, port=free_port_block(2),
-                   iterations=8, pace=True, slack_s=0.3)
+    spec = RunConfig("ovl", (LOOP, LOOP), compute_s=0.4, comm_s=0.2, rate_bps=100e6, port=free_port_block(2),
+                     iterations=8, pace=True, slack_s=0.3)
     with JobRun(spec, log=str(log)) as job:
         results = job.wait()
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
@@ -86,8 +86,8 @@ def test_a_shift_file_delays_one_iteration_start_to_the_plans_phase(tmp_path: Pa
     log, shift = tmp_path / "j.log", shift_path(tmp_path, "sh")
     start_at = time.time() + 2.0
     write_shift(shift, ShiftOrder("sh", 7, start_at, 100.0))
-    spec = JobSpec("sh", (LOOP, LOOP), compute_s=0.1, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
-                   iterations=3, shift_file=str(shift))
+    spec = RunConfig("sh", (LOOP, LOOP), compute_s=0.1, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
+                     iterations=3, shift_file=str(shift))
     with JobRun(spec, log=str(log)) as job:
         results = job.wait()
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
@@ -99,8 +99,8 @@ def test_a_shift_file_delays_one_iteration_start_to_the_plans_phase(tmp_path: Pa
 
 def test_compute_time_changes_mid_run(tmp_path: Path) -> None:
     # 0.05 s compute for the first 1.5 s, then 0.3 s: iterations get ~0.25 s longer
-    spec = JobSpec("drift", (LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
-                   duration_s=4.0, compute_changes=((1.5, 0.3),))
+    spec = RunConfig("drift", (LOOP, LOOP), compute_s=0.05, comm_s=0.01, rate_bps=1e9, port=free_port_block(2),
+                     duration_s=4.0, compute_changes=((1.5, 0.3),))
     times: list[float] = []
     def on_line(rank: int, line: str) -> None:
         if rank == 0:
@@ -126,4 +126,4 @@ def test_compute_changes_are_validated() -> None:
         parse_compute_change("30")
     for bad in (((0.0, 1.0),), ((5.0, 1.0), (4.0, 1.0)), ((5.0, -1.0),)):
         with pytest.raises(UserError, match="--compute-change"):
-            JobSpec("j", (LOOP, LOOP), 0.1, 0.1, 1e9, duration_s=10, compute_changes=bad)
+            RunConfig("j", (LOOP, LOOP), 0.1, 0.1, 1e9, duration_s=10, compute_changes=bad)

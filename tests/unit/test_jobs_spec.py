@@ -6,14 +6,14 @@ import pytest
 
 from leveller.errors import UserError
 from leveller.jobs.launcher import worker_argv
-from leveller.jobs.spec import JobSpec, WorkerPlace, parse_rate, parse_worker
+from leveller.jobs.spec import RunConfig, WorkerPlace, parse_rate, parse_worker
 
 
-def spec(**kw: object) -> JobSpec:
+def spec(**kw: object) -> RunConfig:
     base: dict[str, object] = dict(name="j1", workers=(WorkerPlace("10.0.0.1", "h1"), WorkerPlace("10.0.0.3", "h3")),
                                    compute_s=0.25, comm_s=0.5, rate_bps=100e6, duration_s=10.0)
     base.update(kw)
-    return JobSpec(**base)  # type: ignore[arg-type]
+    return RunConfig(**base)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("text,bps", [("100M", 100e6), ("1G", 1e9), ("2.5e9", 2.5e9), ("100Mbit", 100e6),

@@ -6,10 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveller.core.policies import make_policy
+from leveller.model.job import JobSpec
 from leveller.sim.link import simulate_link
 from leveller.sim.network.engine import Simulation
 from leveller.sim.network.group import Group
-from leveller.sim.network.jobs import JobSpec, parse_jobs
+from leveller.sim.network.jobs import parse_jobs
 from leveller.sim.network.policies import make_net_policy
 from leveller.sim.network.topology import load_network
 from leveller.sim.presets import PRESETS

@@ -5,9 +5,9 @@ import math
 import pytest
 
 from leveller.errors import UserError
+from leveller.model.job import JobSpec
 from leveller.sim.network import catalog, lingjun
 from leveller.sim.network.catalog_data import MODELS
-from leveller.sim.network.jobs import JobSpec
 from leveller.sim.network.runjob import ring_flows
 from leveller.sim.network.topology import load_network
 from leveller.sim.network.trace import make_placer, synthetic

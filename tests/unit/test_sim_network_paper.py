@@ -7,9 +7,10 @@ import math
 import pytest
 
 from leveller.errors import UserError
+from leveller.model.job import JobSpec
 from leveller.sim.network import catalog_paper
 from leveller.sim.network.engine import Simulation
-from leveller.sim.network.jobs import JobSpec, iteration_volume, phase_volume
+from leveller.sim.network.jobs import iteration_volume, phase_volume
 from leveller.sim.network.policies import make_net_policy
 from leveller.sim.network.runjob import RunJob, ring_flows
 from leveller.sim.network.topology import load_network

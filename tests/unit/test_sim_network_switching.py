@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from leveller.core.switching import SwitchRule
 from leveller.core.topology import preset
+from leveller.model.job import JobSpec
 from leveller.sim.network.engine import Simulation
-from leveller.sim.network.jobs import JobSpec
 from leveller.sim.network.policies import make_net_policy
 from leveller.sim.network.topology import Network
 

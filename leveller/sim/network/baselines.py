@@ -2,9 +2,9 @@
 
 Both recompute on every arrival and finish (``tau`` None), as their papers do.
 
-Crux: per job a :class:`~leveller.core.crux.CruxJob` (GPUs, compute, ``comm_s`` =
-its bytes of one iteration on its busiest link of its ECMP paths / that link's
-rate, ``traffic`` = those bytes); priorities ``P_j = k_j I_j`` (``k_j`` against
+Crux: per job a :class:`~leveller.core.crux.CruxJob` (its shape: GPUs, compute,
+communication M = its bytes of one iteration on its busiest link of its ECMP
+paths / that link's rate; ``traffic`` = those bytes); priorities ``P_j = k_j I_j`` (``k_j`` against
 the reference job, cached per pair); flows take the least congested equal-cost
 path in decreasing intensity (demand = the flow's bytes per ideal iteration);
 levels by Max K-Cut compression of the contention DAG (jobs whose flows share a
@@ -32,6 +32,7 @@ import numpy as np
 from leveller.core import cassini, crux
 from leveller.core.levels import Flow
 from leveller.core.rate import Number
+from leveller.model.shape import JobShape
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
@@ -63,11 +64,11 @@ class CruxNet:
     def crux_job(self, job: RunJob, net: Network) -> crux.CruxJob:
         per_link = link_bytes(job, job.ecmp_paths)
         if not per_link:  # one host: no network traffic; tiny comm time keeps it top
-            return crux.CruxJob(job.name, job.gpus, job.spec.compute, 1e-9, 0.0, 0.0)
+            return crux.CruxJob(job.name, JobShape(job.spec.compute, 1e-9, job.gpus, 0.0), 0.0)
         link = max(per_link, key=lambda lk: per_link[lk] / net.capacity[lk])
         comm = per_link[link] / net.capacity[link]
-        return crux.CruxJob(job.name, job.gpus, job.spec.compute, comm, min(job.overlap_window, job.spec.compute),
-                            per_link[link])
+        shape = JobShape(job.spec.compute, comm, job.gpus, min(job.overlap_window, job.spec.compute))
+        return crux.CruxJob(job.name, shape, per_link[link])
 
     def rank(self, jobs: Sequence[RunJob], net: Network) -> None:
         cj = [self.crux_job(j, net) for j in jobs]

@@ -28,8 +28,8 @@ import numpy as np
 
 from leveller.core.qos import check_floor
 from leveller.core.switching import SwitchMemory, forget, top_changed
+from leveller.model.job import JobSpec
 from leveller.sim.network.group import Group
-from leveller.sim.network.jobs import JobSpec
 from leveller.sim.network.policies import NetPolicy
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network

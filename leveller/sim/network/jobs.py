@@ -1,4 +1,5 @@
-"""Jobs of the network simulator: the jobs FILE format and its validation.
+"""Jobs of the network simulator: the jobs FILE format and its validation, into the model's JobSpec
+(leveller.model.job).
 
 FILE (JSON): {"jobs": [{"name": str, "hosts": [str, ...], "compute": s, "bytes": B,
 "arrival": s (default 0), "iterations": int or null (default null = runs to the end),
@@ -19,49 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from leveller.errors import UserError
+from leveller.model.job import JobSpec
 from leveller.sim.network.jsonfile import read_json
 
 FIELDS = {"name", "hosts", "compute", "bytes", "arrival", "iterations", "slack"}
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job. ``hosts`` is None for a synthetic job placed at arrival on ``size`` free hosts."""
-
-    name: str
-    hosts: tuple[str, ...] | None
-    compute: float
-    bytes: float
-    arrival: float = 0.0
-    iterations: int | None = None
-    slack: float = 0.0
-    size: int = 0  # hosts wanted (synthetic jobs); len(hosts) otherwise
-    model: str = ""  # catalog entry of a synthetic job
-    collective: str = "ddp"  # "ddp": one ring all-reduce; "fsdp": three ring phases (see ``stages``)
-    gpus_per_rank: int = 0  # GPUs the job takes on each of its hosts; 0 = the whole host
-
-    @property
-    def n_hosts(self) -> int:
-        return len(self.hosts) if self.hosts is not None else self.size
-
-    def stages(self) -> tuple[tuple[float, float], ...]:
-        """The iteration as stages ``(compute, comm_offset)``, run one after the other.
-
-        A stage computes for ``compute`` s; its collective starts ``comm_offset`` s after the stage
-        starts; the stage ends when both are done. DDP: one stage, the all-reduce starting ``slack``
-        s before compute ends. FSDP full sharding: three stages of ``compute / 3`` each, every one
-        with its collective from its start: all-gather | forward, all-gather | first half of the
-        backward, reduce-scatter | second half of the backward (backward = 2/3 of compute). Each
-        phase overlaps its own stage only.
-        """
-        if self.collective == "fsdp":
-            third = self.compute / 3
-            return ((third, 0.0), (third, 0.0), (third, 0.0))
-        return ((self.compute, self.compute - self.slack),)
 
 
 def _num(job: str, key: str, value: Any, minimum: float, strict: bool) -> float:

@@ -22,8 +22,9 @@ import numpy as np
 
 from leveller.core.rate import history_horizon, progress_rate, trim_history
 from leveller.model.flow import FlowKey
+from leveller.model.job import JobSpec
 from leveller.sim.network.alone import AloneProfile, alone_profile
-from leveller.sim.network.jobs import JobSpec, phase_volume
+from leveller.sim.network.jobs import phase_volume
 from leveller.sim.network.topology import Network
 
 TOL = 1e-9  # seconds: timers within this distance are simultaneous

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from leveller.errors import UserError
+from leveller.model.job import JobSpec
 from leveller.sim.network.catalog_data import MODELS
-from leveller.sim.network.jobs import JobSpec
 from leveller.sim.network.topology import Network
 
 DEFAULTS: dict[str, Any] = {"jobs": 200, "seed": 1, "load": 0.8, "placement": "contiguous", "min_hosts": 1,
