@@ -375,6 +375,30 @@ def test_exhaustive_search_up_to_max_exhaustive_combinations_then_greedy() -> No
     assert cassini.link_rotations(TRAP, 1.0, 100.0, max_exhaustive=10)[0] == 0.875
 
 
+# found by search: 17 x 241 = 4,097 combinations, one more than the default exhaustive limit; greedy
+# placement and the exhaustive search tie on the score but place c differently
+OVER_LIMIT = [arcs_job("a", 17.0, (1.5, 4.2, 0.5)), arcs_job("b", 17.0, (4.3, 2.8, 0.5), (9.8, 2.3, 0.7)),
+              arcs_job("c", 241.0, (193.6, 126.1, 1.0), (228.7, 84.2, 0.7))]
+# found by search: each of the first four sweeps of coordinate ascent improves on the one before
+SLOW_ASCENT = [arcs_job("j0", 8.0, (2.4, 0.56, 0.5), (3.76, 0.75, 0.5)), arcs_job("j1", 16.0, (1.97, 4.0, 0.5)),
+               arcs_job("j2", 16.0, (7.2, 8.7, 0.5), (10.8, 1.76, 0.7)), arcs_job("j3", 10.0, (7.0, 5.2, 0.7)),
+               arcs_job("j4", 10.0, (5.67, 4.25, 0.5)), arcs_job("j5", 8.0, (3.5, 0.94, 0.5), (6.6, 0.98, 0.5)),
+               arcs_job("j6", 10.0, (3.9, 3.1, 1.0), (3.26, 0.95, 1.0))]
+
+
+def test_the_default_search_is_exhaustive_up_to_4096_combinations_with_three_sweeps_beyond() -> None:
+    """The documented defaults: 4,097 combinations are searched greedily, and greedy placement is followed
+    by at most three sweeps (a fourth would still improve SLOW_ASCENT)."""
+    greedy = cassini.link_rotations(OVER_LIMIT, 1.0, 1e6, angles=241)
+    exhaustive = cassini.link_rotations(OVER_LIMIT, 1.0, 1e6, angles=241, max_exhaustive=4097)
+    assert greedy[0] == exhaustive[0]
+    assert (greedy[1]["c"], exhaustive[1]["c"]) == (16.0, 1.0)
+    assert greedy == cassini.link_rotations(OVER_LIMIT, 1.0, 1e6, angles=241, max_exhaustive=4096)
+    scores = [cassini.link_rotations(SLOW_ASCENT, 1.0, 1e6, max_exhaustive=0, sweeps=s)[0] for s in range(5)]
+    assert scores == sorted(scores) and len(set(scores)) == 5
+    assert cassini.link_rotations(SLOW_ASCENT, 1.0, 1e6, max_exhaustive=0)[0] == scores[3]
+
+
 def test_exhaustive_search_gives_the_last_job_its_own_grid() -> None:
     """The middle job's period is half the last one's: the only exact fit puts c at 4 s, beyond b's grid."""
     jobs = [arcs_job("a", 8.0, (0.0, 3.0, 1.0)), arcs_job("b", 4.0, (0.0, 1.0, 0.5)),
