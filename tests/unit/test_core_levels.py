@@ -292,3 +292,58 @@ def test_pruner_refuses_flows_of_jobs_outside_the_order_and_k_below_one() -> Non
     with pytest.raises(ValueError, match="K must be >= 1"):
         assign_levels(["b", "a"], FLOWS, 0)
     assert assign_levels(["b", "a"], FLOWS, 1) == {"fa": 0, "fb": 0}
+
+
+def _input_error(data: object, max_flows: int | None = None) -> str:
+    """The message of the UserError parse_input raises on ``data``."""
+    from leveller.core.levels_input import parse_input
+    from leveller.model.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        parse_input(data) if max_flows is None else parse_input(data, max_flows)
+    return str(info.value)
+
+
+def test_parse_input_errors_name_the_field_and_the_value() -> None:
+    """Each structural error says which field is wrong and what it got, not a traceback."""
+    flows = {"f": {"job": "a", "links": ["l1"]}}
+    assert _input_error([1]) == "top level must be an object with keys 'jobs' and 'flows', got list"
+    assert _input_error({"jobs": {}, "flows": {}}) == "'jobs' must be a non-empty object {\"<job>\": {\"rate\": R}}"
+    assert _input_error({"jobs": {"a": {"rate": 1}}, "flows": []}) == \
+        "'flows' must be an object {\"<flow>\": {\"job\": \"<job>\", \"links\": [...]}}"
+    # a job that is not an object has no rate (an AttributeError would be a traceback)
+    assert _input_error({"jobs": {"a": 5}, "flows": flows}) == \
+        "jobs.a.rate must be a number >= 0 (progress rate R), got None"
+    assert _input_error({"jobs": {"a": {"rate": 1}}, "flows": {"f": 5}}) == \
+        "flows.f must be an object with 'job' and 'links', got 5"
+    # an unhashable job name is a wrong job, not a TypeError
+    assert _input_error({"jobs": {"a": {"rate": 1}}, "flows": {"f": {"job": ["a"], "links": ["l1"]}}}) == \
+        "flows.f.job: ['a'] is not a job in 'jobs' (known: a)"
+    assert _input_error({"jobs": {"a": {"rate": 1}}, "flows": {"f": {"job": "a", "links": []}}}) == \
+        "flows.f.links must be a non-empty list of link names (strings), got []"
+
+
+@pytest.mark.parametrize("links", [["l1", ""], ["l1", 5]])
+def test_parse_input_refuses_an_empty_or_non_string_link_naming_the_flow(links: list[object]) -> None:
+    flows = {"ok": {"job": "a", "links": ["l1"]}, "f": {"job": "a", "links": links}}
+    data = {"jobs": {"a": {"rate": 1}}, "flows": flows}
+    assert _input_error(data) == f"flows.f.links must be a non-empty list of link names (strings), got {links!r}"
+
+
+def test_parse_input_lists_at_most_20_known_jobs() -> None:
+    """The unknown-job error lists the jobs of the file, cut at 20 with ", ..." after them."""
+    for n, tail in ((20, ""), (21, ", ...")):
+        jobs = {f"j{i}": {"rate": 1} for i in range(n)}
+        known = ", ".join(f"j{i}" for i in range(20)) + tail
+        assert _input_error({"jobs": jobs, "flows": {"f": {"job": "x", "links": ["l1"]}}}) == \
+            f"flows.f.job: 'x' is not a job in 'jobs' (known: {known})"
+
+
+def test_parse_input_accepts_exactly_max_flows_and_a_rate_of_0() -> None:
+    from leveller.core.levels_input import parse_input
+
+    flows = {"f": {"job": "a", "links": ["l1"]}, "g": {"job": "a", "links": ["l1"]}}
+    data = {"jobs": {"a": {"rate": 0}}, "flows": flows}
+    inp = parse_input(data, max_flows=2)
+    assert inp.names == ["f", "g"] and [j.rate for j in inp.jobs] == [0]
+    assert _input_error(data, max_flows=1) == "'flows' has 2 flows; at most 1 are decided in one run"

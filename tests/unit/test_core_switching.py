@@ -200,3 +200,20 @@ def test_a_crux_controller_keeps_its_static_order_under_the_default_rule() -> No
     assert crux.switching.is_paper
     assert Controller(SingleLinkPaths(), LevellerPolicy(), default_level_map(2), 0.1,
                       switching=DEFAULT).switching == DEFAULT
+
+
+@pytest.mark.parametrize("field", ["delta", "dwell"])
+@pytest.mark.parametrize("value", [True, "1", None])
+def test_rule_refuses_non_numbers_naming_the_field(field: str, value: object) -> None:
+    """A bool or a non-number is a ValueError naming the field (not a TypeError, not accepted)."""
+    with pytest.raises(ValueError) as info:
+        SwitchRule(**{field: value})  # type: ignore[arg-type]
+    assert str(info.value) == f"switching {field} = {value!r} is invalid; a finite number >= 0"
+
+
+def test_forget_drops_a_promotion_exactly_dwell_old() -> None:
+    """A promotion protects for less than the dwell: at exactly the dwell it no longer does (and
+    _passes lets the job be passed), so forget drops it."""
+    memory = SwitchMemory(("a", "b"), {"a": 5.0, "b": 5.5})
+    kept = forget(memory, {"a", "b"}, 10.0, SwitchRule(dwell=5.0))
+    assert dict(kept.promoted) == {"b": 5.5}

@@ -213,3 +213,15 @@ def test_demo_cluster_passes_its_floor_on() -> None:
     assert DemoCluster("fb", floor=0).floor == 0.0
     with pytest.raises(UserError, match=r"floor = 1.5 is invalid"):
         DemoCluster("fc", floor=1.5)
+
+
+def test_floor_errors_give_the_limit_and_why_the_rate_is_needed() -> None:
+    """With one level the limit is floor < 1; a floor without the port rate says why it needs it."""
+    with pytest.raises(UserError) as info:
+        check_floor(1.0, 1)
+    assert str(info.value) == ("floor = 1.0 is invalid; the share of the link rate guaranteed to every queue below "
+                               "the top: a number >= 0 (0 = pure strict priority) with floor < 1")
+    with pytest.raises(UserError) as info:
+        queue_configs(4, None, 0.1)
+    assert str(info.value) == ("floor = 0.1 needs the port rate: a floor is a share of the link rate and OVS takes "
+                               "absolute rates; give the rate or floor = 0")

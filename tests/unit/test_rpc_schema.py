@@ -632,3 +632,26 @@ def test_hosts_one_byte_over_the_encoders_bound_do_not_stay_together(encodings: 
     enc("h1", reply_of(a, 2))  # encoded again; h2 goes
     enc("h1", reply_of(a, 3))
     assert len(encodings) == 3
+
+
+def test_a_leader_epoch_round_trips_through_every_encoder() -> None:
+    """An elected leader's epoch (7) is written by reply_to_wire, encode_reply and ReplyEncoder under
+    "leader_epoch" and read back by reply_from_wire; a lone controller's 0 is not written at all."""
+    reply = LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25, leader_epoch=7)
+    wire = reply_to_wire(reply)
+    assert wire["leader_epoch"] == 7
+    assert reply_from_wire(wire) == reply and reply_from_wire(wire).leader_epoch == 7
+    assert decode(encode_reply(reply))["leader_epoch"] == 7
+    assert reply_from_wire(decode(encode_reply(reply))) == reply
+    assert reply_from_wire(decode(ReplyEncoder()("h1", reply))) == reply
+    lone = LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25)
+    assert "leader_epoch" not in reply_to_wire(lone) and b"leader_epoch" not in encode_reply(lone)
+
+
+@pytest.mark.parametrize("epoch", [-1, MAX_COUNTER + 1, "7"])
+def test_a_bad_leader_epoch_is_refused_naming_the_field(epoch: Any) -> None:
+    wire = reply_to_wire(LevelsReply(3, 1.5, (0, 8), (FlowLevel(KEY, "j1", 1),), 0.25))
+    wire["leader_epoch"] = epoch
+    with pytest.raises(SchemaError) as info:
+        reply_from_wire(wire)
+    assert info.value.field == "leader_epoch"

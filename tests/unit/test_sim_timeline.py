@@ -168,3 +168,15 @@ def test_every_figure_is_closed(tmp_path: Path) -> None:
     for i in range(3):
         plot_timelines([("x", res)], tmp_path / f"{i}.png", F(4))
     assert set(plt.get_fignums()) == before
+
+
+def test_the_title_is_10_points_whatever_the_default_font_size(drawn: list[Any], tmp_path: Path) -> None:
+    """The panel title has its own size: a larger rc font.size does not grow it."""
+    import matplotlib
+
+    res = simulate_link(PRESETS["fig3"], make_policy("fair"), cycles=2, record_until=F(4))
+    with matplotlib.rc_context({"font.size": 14}):
+        plot_timelines([("fair", res)], tmp_path / "t.png", F(4))
+    ax = drawn[0].axes[0]
+    (title_text,) = [t for t in ax.findobj(Text) if t.get_text() == ax.get_title(loc="left")]
+    assert title_text.get_fontsize() == 10
