@@ -217,3 +217,35 @@ def test_forget_drops_a_promotion_exactly_dwell_old() -> None:
     memory = SwitchMemory(("a", "b"), {"a": 5.0, "b": 5.5})
     kept = forget(memory, {"a", "b"}, 10.0, SwitchRule(dwell=5.0))
     assert dict(kept.promoted) == {"b": 5.5}
+
+
+def test_a_job_lower_by_exactly_delta_does_not_pass() -> None:
+    """Hysteresis is strict: R lower by more than delta (0.25, exact in binary) moves a job ahead."""
+    rule = SwitchRule(delta=0.25)
+    exact = {"a": 0.75, "b": 0.5}
+    assert switch_order(["b", "a"], views(exact), SwitchMemory(("a", "b")), 1.0, rule)[0] == ["a", "b"]
+    beyond = {"a": 0.75, "b": 0.4999}
+    assert switch_order(["b", "a"], views(beyond), SwitchMemory(("a", "b")), 1.0, rule)[0] == ["b", "a"]
+
+
+def test_a_job_far_behind_moves_up_past_every_job_it_beats() -> None:
+    """One decision moves a job up as many places as its R allows (an insertion, not one swap)."""
+    rates = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.05}
+    order, memory = switch_order(by_rate(rates), views(rates), SwitchMemory(("a", "b", "c", "d")), 5.0,
+                                 SwitchRule(delta=0.01))
+    assert order == ["d", "a", "b", "c"]
+    assert memory.promoted == {"d": 5.0}
+
+
+def test_a_profiling_job_stays_pinned_at_the_front_even_with_a_rate() -> None:
+    """A job whose ideal time is being measured is never re-ranked by R, and appears once."""
+    jobs = [JobView("p", rate=0.9, profiling=True), JobView("a", rate=0.2), JobView("b", rate=0.5)]
+    order, memory = switch_order(["p", "a", "b"], jobs, SwitchMemory(("a", "p", "b")), 1.0, SwitchRule(delta=0.01))
+    assert order == ["p", "a", "b"]
+    assert memory.order.count("p") == 1
+
+
+def test_the_paper_rule_keeps_the_promotions_it_was_given() -> None:
+    memory = SwitchMemory(("a", "b"), {"a": 3.0})
+    _, after = switch_order(["b", "a"], views({"a": 0.5, "b": 0.4}), memory, 4.0, PAPER)
+    assert after.promoted == {"a": 3.0}
