@@ -56,7 +56,7 @@ test-unit: venv
 	$(PY) -m pytest -q -ra tests/unit
 
 # Mutation testing of leveller/core, leveller/sim and the wire validation against the unit tests
-# (about half an hour, not part of `make test`). Report: mutants/report.md. MUTANTS=--survivors reruns
+# (about 1.5 hours on 2 cores, not part of `make test`). Report: mutants/report.md. MUTANTS=--survivors reruns
 # only the last run's survivors, MUTANTS=--no-run rewrites the report.
 mutants: venv
 	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -e ".[dev,mutants]" \

@@ -11,7 +11,7 @@ original by any test are listed with the reason in tests/mutants-equivalent.txt
 Exit status 1 when a package kills fewer of its non-equivalent mutants than its target (TARGETS: core 95 %,
 the model, the wire validation, the link simulator and its timeline 90 %).
 
-Usage: scripts/mutants.py [--no-run | --survivors] [--only GLOB ...] [--children N]
+Usage: scripts/mutants.py [--no-run | --survivors] [--only GLOB ...] [--children N] [--test-timeout S]
 """
 
 from __future__ import annotations
@@ -134,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], metavar="GLOB",
                     help="run only the mutants whose names match (e.g. 'leveller.core.*'); repeatable")
     ap.add_argument("--children", type=int, default=os.cpu_count() or 2, help="parallel mutants")
+    ap.add_argument("--test-timeout", type=int, default=180, metavar="S",
+                    help="fail a test of a mutant after S s (default 180; the slowest unit test in the selection "
+                         "takes about 80 s). A mutant that makes a test loop for ever is then killed in minutes, "
+                         "not after the suite's 600 s timeout")
     args = ap.parse_args(argv)
     if not args.no_run:
         names = [n for n, st in statuses().items() if st in ("survived", "no tests", "suspicious")] \
@@ -143,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.survivors else list(args.only)
         if names or not args.survivors:  # no survivor left to rerun: nothing to run (an empty list runs all)
             # mutmut exits non-zero when mutants survive; the report decides.
-            subprocess.run(MUTMUT + ["run", "--max-children", str(args.children), *names], cwd=ROOT)
+            env = dict(os.environ, PYTEST_TIMEOUT=str(args.test_timeout))  # pytest-timeout: env over the ini
+            subprocess.run(MUTMUT + ["run", "--max-children", str(args.children), *names], cwd=ROOT, env=env)
     os.chdir(ROOT)
     text, ok = report(statuses(), load_equivalent())
     REPORT.parent.mkdir(exist_ok=True)
