@@ -119,6 +119,12 @@ def report(status: dict[str, str], equivalent: dict[str, str]) -> tuple[str, boo
                      f"{c['no tests']} | {other} | {pct:.1%}{mark} |")
     lines += ["", "killed % = killed / (mutants - equivalent - not checked). Equivalent mutants and why: "
               "tests/mutants-equivalent.txt.", ""]
+    stale = sorted(n for n in equivalent if n not in status or status[n] in KILLED)
+    if stale and status:  # mutmut renumbers a function's mutants when its code changes: keep the list honest
+        lines += [f"## Out of date in tests/mutants-equivalent.txt ({len(stale)})", "",
+                  "Listed as equivalent, but killed or no longer a mutant (its function changed); "
+                  "remove or re-check:", ""]
+        lines += [f"- {n} ({status.get(n, 'no such mutant')})" for n in stale] + [""]
     for pkg in sorted(survivors):
         lines += [f"## Surviving in {pkg} ({len(survivors[pkg])})", ""]
         for name in survivors[pkg]:
@@ -154,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(text)
     print(text.split("\n## ")[0])
+    if "\n## Out of date" in text:
+        print("some entries of tests/mutants-equivalent.txt are out of date: see the report")
     print(f"report: {REPORT.relative_to(ROOT)}")
     return 0 if ok else 1
 

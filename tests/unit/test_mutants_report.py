@@ -89,3 +89,17 @@ def test_equivalent_file_reads_name_and_reason_and_skips_comments(tmp_path: Path
     assert m.load_equivalent(f) == {"leveller.core.a.x_f__mutmut_1": "same value either way",
                                     "leveller.core.a.x_f__mutmut_2": ""}
     assert m.load_equivalent(tmp_path / "missing.txt") == {}
+
+
+def test_listed_equivalents_that_are_killed_or_gone_are_reported_out_of_date() -> None:
+    m = load()
+    st = {"leveller.core.a.x_f__mutmut_1": "killed", "leveller.core.a.x_f__mutmut_2": "survived",
+          "leveller.core.a.x_f__mutmut_3": "timeout"}
+    equivalent = {"leveller.core.a.x_f__mutmut_1": "r", "leveller.core.a.x_f__mutmut_2": "r",
+                  "leveller.core.old.x_g__mutmut_9": "r"}
+    text, ok = m.report(st, equivalent)
+    assert "## Out of date in tests/mutants-equivalent.txt (2)" in text
+    assert "- leveller.core.a.x_f__mutmut_1 (killed)" in text
+    assert "- leveller.core.old.x_g__mutmut_9 (no such mutant)" in text
+    assert "mutmut_2 (" not in text and "mutmut_3 (" not in text  # a true equivalent, and an unlisted kill
+    assert ok  # a stale entry is a chore, not a miss: the figures already count the mutant as killed
