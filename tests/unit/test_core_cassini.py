@@ -147,6 +147,14 @@ def test_bfs_handles_disconnected_parts_and_keeps_the_first_shift_on_a_loop() ->
     assert shifts == pytest.approx({"A": 0.0, "B": 0.2, "C": 0.1, "X": 0.0, "Y": 0.2})
 
 
+def test_bfs_reaches_a_link_keyed_none_like_any_other() -> None:
+    """Links are any hashable key, None included: it is visited once, as every other link."""
+    rotations = {"l1": {"A": 0.0, "B": 0.3}, None: {"B": 0.1, "C": 0.5}}
+    shifts = cassini.bfs_shifts(rotations, {"A": 1.0, "B": 1.0, "C": 1.0})
+    # A = 0; B = 0 - 0 + 0.3 via l1; C = (0.3 - 0.1 + 0.5) mod 1 = 0.7 via the link None
+    assert shifts == pytest.approx({"A": 0.0, "B": 0.3, "C": 0.7})
+
+
 def test_job_shifts_on_a_chain_keep_every_links_best_score() -> None:
     # a and c each meet b on a different link; the tree lets both links reach their optimum
     # (c fits b's gaps only at rotation 0.7: a 0.05 s quantum has it on the grid).
@@ -717,6 +725,26 @@ def test_rounding_decides_between_equal_rotations_as_the_reference_does() -> Non
     assert excess[6] < excess[4]
     assert cassini._best_rotation(base, curve, prof, np.arange(7)) == oracle_best_rotation(base, curve, np.arange(7))
     assert cassini._best_rotation(base, curve, prof, np.arange(7))[1] == 4
+
+
+def big_arcs(n: int, period: float) -> tuple[tuple[float, float, float], ...]:
+    """``n`` arcs of 0.7 period each, demands 0.5 up to 1: a link loaded several times over."""
+    return tuple((period * i / n, 0.7 * period, 0.5 + 0.5 * i / n) for i in range(n))
+
+
+@pytest.mark.parametrize("jobs, quantum, cap", [
+    # two identical jobs of 5 arcs on a 1,000-bin circle: the rounding bound per bin exceeds NEAR (1e-9)
+    ([CircleJob("a", 1.0, big_arcs(5, 1.0)), CircleJob("b", 1.0, big_arcs(5, 1.0))], 0.001, 1.0),
+    # a short job on a long circle (a tile of 12 bins, 593 tiles): the bound's tile count matters
+    ([CircleJob("a", 7.3, big_arcs(20, 7.3)), CircleJob("c", 7.3, big_arcs(20, 7.3)),
+      CircleJob("b", 0.0123, big_arcs(5, 0.0123))], 0.001, 100.0),
+])
+def test_heavily_loaded_links_keep_every_near_best_rotation(jobs: list[CircleJob], quantum: float,
+                                                           cap: float) -> None:
+    """Where the rough sums' rounding bound is large, the margin grows with it: the search still returns
+    the reference's rotations (a margin of NEAR alone, or a bound that undercounts, loses the best)."""
+    assert cassini.link_rotations(jobs, quantum, cap) == oracle_link_rotations(jobs, quantum, cap)
+    assert cassini.link_rotations(jobs, quantum, cap)[1][jobs[-1].name] > 0  # the best is not rotation 0
 
 
 def test_rough_sums_count_every_bin_once() -> None:

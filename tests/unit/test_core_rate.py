@@ -115,6 +115,16 @@ def test_profiler_ignores_zero_length_iterations() -> None:
     assert p.ideal == 2.0 and not p.profiling
 
 
+def test_a_closed_window_leaves_the_profiler_as_a_new_one_holding_the_estimate() -> None:
+    """Closing a window resets its state: the profiler is then a fresh one with ``ideal`` set."""
+    p = IdealTimeProfiler(samples=2)
+    p.start_window(10)
+    p.iteration_end(13)
+    assert p.iteration_end(17) == 3.5  # the median of 3 and 4
+    assert p == IdealTimeProfiler(samples=2, ideal=3.5)
+    assert not p.profiling and p.iteration_end(20) is None
+
+
 def test_profiler_window_measures_from_its_start_and_refuses_time_going_back() -> None:
     p = IdealTimeProfiler(samples=2)
     assert p.iteration_end(5.0) is None and p.ideal is None  # no window open: nothing measured

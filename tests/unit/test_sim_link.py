@@ -430,10 +430,14 @@ def test_a_windowed_r_keeps_a_short_history_trimmed_in_batches(monkeypatch: pyte
 
 
 def test_a_bad_r_window_is_refused_before_the_run() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="window must be > 0"):
         simulate_link(PAIR, make_policy("leveller"), rate_window=F(0))
-    with pytest.raises(ValueError):
-        simulate_link(PAIR, make_policy("leveller"), rate_window=F(2), rate_half_life=F(2))
+    with pytest.raises(ValueError, match="half_life must be > 0"):
+        simulate_link(PAIR, make_policy("leveller"), rate_half_life=F(0))
+    # both given: the conflict is what is named, also when one of the two is bad on its own
+    for window, half_life in ((F(2), F(2)), (F(1), F(0)), (F(0), F(1))):
+        with pytest.raises(ValueError, match="give a window or a half-life, not both"):
+            simulate_link(PAIR, make_policy("leveller"), rate_window=window, rate_half_life=half_life)
 
 
 def test_the_policy_sees_each_jobs_shape() -> None:
