@@ -121,7 +121,8 @@ def report(status: dict[str, str], equivalent: dict[str, str]) -> tuple[str, boo
               "tests/mutants-equivalent.txt.", ""]
     stale = sorted(n for n in equivalent if n not in status or status[n] in KILLED)
     if stale and status:  # mutmut renumbers a function's mutants when its code changes: keep the list honest
-        lines += [f"## Out of date in tests/mutants-equivalent.txt ({len(stale)})", "",
+        lines += [f"{len(stale)} entries of tests/mutants-equivalent.txt are out of date: listed below.", "",
+                  f"## Out of date in tests/mutants-equivalent.txt ({len(stale)})", "",
                   "Listed as equivalent, but killed or no longer a mutant (its function changed); "
                   "remove or re-check:", ""]
         lines += [f"- {n} ({status.get(n, 'no such mutant')})" for n in stale] + [""]
@@ -159,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     text, ok = report(statuses(), load_equivalent())
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(text)
-    print(text.split("\n## ")[0])
-    if "\n## Out of date" in text:
-        print("some entries of tests/mutants-equivalent.txt are out of date: see the report")
+    print(text.split("\n## ")[0])  # the table, and the count of out-of-date entries if any
     print(f"report: {REPORT.relative_to(ROOT)}")
     return 0 if ok else 1
 

@@ -99,6 +99,7 @@ def test_listed_equivalents_that_are_killed_or_gone_are_reported_out_of_date() -
                   "leveller.core.old.x_g__mutmut_9": "r"}
     text, ok = m.report(st, equivalent)
     assert "## Out of date in tests/mutants-equivalent.txt (2)" in text
+    assert "2 entries of tests/mutants-equivalent.txt are out of date" in text.split("\n## ")[0]  # what main prints
     assert "- leveller.core.a.x_f__mutmut_1 (killed)" in text
     assert "- leveller.core.old.x_g__mutmut_9 (no such mutant)" in text
     assert "mutmut_2 (" not in text and "mutmut_3 (" not in text  # a true equivalent, and an unlisted kill
