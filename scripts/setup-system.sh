@@ -14,6 +14,8 @@ PACKAGES=(
   systemd                  # systemd-analyze verify checks deploy/systemd (no systemd init needed)
   util-linux               # setpriv: a test starts the agent with only its unit's capabilities
   gcc make binutils        # the RDMA shim (make -C shim), also built from the sdist in a test (nm checks it)
+  slurmctld slurmd slurm-client munge   # a real Slurm for the job-discovery tests (started by the tests)
+  podman buildah crun uidmap debootstrap # the agent's container image, built from Debian's packages
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -39,10 +41,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   log "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
   # OVS's (and etcd's) maintainer scripts try to start services; there may be no init system. Nothing
   # here needs the Debian etcd service: the tests start their own members.
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ "$need_headers" -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
