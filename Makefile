@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim torch demo lint test test-under-load test-unit bench mutants clean
+.PHONY: setup system venv shim bpf torch demo lint test test-under-load test-unit bench mutants clean
 
-setup: system venv shim
+setup: system venv shim bpf
 
 system:
 	@scripts/setup-system.sh
@@ -22,6 +22,11 @@ venv: $(STAMP)
 
 shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -s -C shim; fi
+
+# The eBPF datapath's CO-RE object (clang + bpftool, against this kernel's BTF): the agent loads it with
+# libbpf and needs no compiler at run time (bpf/Makefile).
+bpf:
+	@$(MAKE) -s -C bpf
 
 # Optional extra: PyTorch (CPU build) for the real torch.distributed training job.
 # Pinned to the release this kind of machine keeps on disk; elsewhere pip downloads it.
@@ -70,3 +75,4 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info
 	@if [ -f shim/Makefile ]; then $(MAKE) -s -C shim clean; fi
+	@$(MAKE) -s -C bpf clean

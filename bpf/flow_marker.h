@@ -8,7 +8,9 @@
 #ifndef LEVELLER_FLOW_MARKER_H
 #define LEVELLER_FLOW_MARKER_H
 
+#ifndef __VMLINUX_H__ /* the CO-RE build has the kernel types from vmlinux.h */
 #include <linux/types.h>
+#endif
 
 /* Ethertype-agnostic 5-tuple. IPv4 addresses occupy addr[0..3], the other
  * 12 bytes are zero; IPv6 addresses use all 16. Addresses are in network

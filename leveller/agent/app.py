@@ -60,6 +60,7 @@ class AgentConfig:
     job_weight: list[str] = field(default_factory=list)
     dev: str | None = None
     netns: str | None = None
+    loader: str = "auto"
     from_start: bool = False
     metrics_port: int = 0
     metrics_addr: str = "127.0.0.1"
@@ -111,6 +112,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", help="egress interface for the eBPF datapath (needs root); without it no "
                         "flows are reported and nothing is marked")
     parser.add_argument("--netns", help="network namespace of --dev")
+    parser.add_argument("--loader", choices=("auto", "libbpf", "bcc"), default="auto",
+                        help="how the eBPF program gets into the kernel: libbpf loads the CO-RE object built once "
+                        "(bpf/Makefile; no compiler or kernel headers on the host), bcc compiles "
+                        "bpf/flow_marker.c at start (needs clang's libraries and the kernel headers); default "
+                        "auto: libbpf when the object was built from the sources next to it, else bcc. The log, "
+                        "the --json lines and leveller_agent_datapath_loader say which one ran")
     parser.add_argument("--from-start", action="store_true",
                         help="read the job logs from their first line, 1 MiB per poll (default: from their end, "
                         "after their first and last 64 KiB, where jobs log their start and latest count)")
@@ -164,6 +171,7 @@ def step_line(r: StepResult, rejected: Rejections) -> dict[str, Any]:
             "jobs": {j.job: j.iterations for j in r.report.jobs},
             "rejected": dict(rejected.counts),
             "marks": {k.label(): v for k, v in (r.marks or {}).items()},
+            "loader": rejected.metrics.loader if rejected.metrics is not None else None,  # of the eBPF datapath
             "bytes": bytes_by_job(r.report.flows, FlowKey.label)}
 
 
@@ -221,7 +229,8 @@ def ideal_times(items: list[str]) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
+def datapath(dev: str | None, netns: str | None, loader: str = "auto",
+             metrics: Any = None) -> Iterator[tuple[Any, Any]]:
     from leveller.agent.service import NoFlows, NoMarking
     if not dev:
         yield NoFlows(), NoMarking()
@@ -230,11 +239,13 @@ def datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
     from leveller.agent.datapath import Datapath, DatapathError
     from leveller.agent.enforce_bpf import BpfEnforcer, BpfFlowSource
     with claim_device(dev, netns):  # claim: removes a crashed run's filter
-        dp = Datapath(dev, netns=netns)
+        dp = Datapath(dev, netns=netns, loader=loader)
         try:
             dp.attach()
         except DatapathError as exc:  # the kernel refused (capabilities, no such device): one line, no traceback
             raise UserError(str(exc)) from None
+        if metrics is not None:
+            metrics.set_loader(dp.loader_used)
         try:
             yield BpfFlowSource(dp), BpfEnforcer(dp)
         finally:
@@ -385,7 +396,8 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
             raise UserError(f"--metrics-port {args.metrics_port}: cannot listen ({exc})") from None
     try:
         with trace_file(args.trace_pushes) as trace, FailoverClient(controllers, secret, args.timeout, tls=tls) \
-                as client, datapath(args.dev, args.netns) as (flows, enf), rto_routes(args) as routes:
+                as client, datapath(args.dev, args.netns, args.loader, metrics) as (flows, enf), \
+                rto_routes(args) as routes:
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
                 flows, enf, classifier = add_shim(flows, enf, classifier)

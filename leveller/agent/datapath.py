@@ -1,6 +1,7 @@
 """The host datapath: bpf/flow_marker.c on a tc clsact egress hook.
 
-Loads the program through bcc, attaches it with pyroute2 to an interface
+Loads the program (the CO-RE object through libbpf, or the C source through
+bcc: leveller.agent.bpfload, ``loader``), attaches it with pyroute2 to an interface
 (optionally inside a named network namespace) and removes exactly what it
 added on detach: its own filter, and the clsact qdisc only if it created it
 and nothing else hangs on it (bcc never removes tc filters). Map writes and
@@ -38,6 +39,18 @@ from typing import Any
 import numpy as np
 
 from leveller.agent import libbpf
+from leveller.agent.bpfload import (
+    DSCP_MAP,
+    DSCP_STATS_MAP,
+    LEASE_MAP,
+    MARK_MAP,
+    PROGRAM_NAME,
+    STATS_MAP,
+    LoadedProgram,
+    LoadError,
+    check_loader,
+    load_program,
+)
 from leveller.agent.bpfsource import bpf_dir
 from leveller.agent.flow_structs import (
     DSCP_DTYPE,
@@ -61,14 +74,8 @@ from leveller.errors import UserError
 from leveller.model.flow import FlowKey
 
 BPF_DIR = bpf_dir()  # the checkout's bpf/, or the wheel's package data (leveller.agent.bpfsource)
-SOURCE = BPF_DIR / "flow_marker.c"
-PROGRAM_NAME = "leveller_egress"
-STATS_MAP = "flow_stats_egress"
-DSCP_MAP = "flow_dscp_egress"  # flow -> slot (hash)
-MARK_MAP = "flow_mark_egress"  # slot -> mark (array, mmap'd)
+SOURCE = BPF_DIR / "flow_marker.c"  # what bcc compiles; libbpf loads the object built from it
 SLOTS_PER_MARKED_FLOW = 2  # new flows take slots before the leaving ones free theirs
-LEASE_MAP = "flow_lease_egress"
-DSCP_STATS_MAP = "flow_dscp_stats_egress"
 EGRESS_PARENT = 0xFFFFFFF3  # "ffff:fff3": clsact egress hook
 INGRESS_PARENT = 0xFFFFFFF2
 FILTER_PRIO = 0x4C56  # "LV": the priority (pref) our filter owns on the egress hook
@@ -97,10 +104,11 @@ class Datapath:
     """Per-flow counters and DSCP marking on one interface's egress."""
 
     def __init__(self, ifname: str, netns: str | None = None, max_flows: int = DEFAULT_MAX_FLOWS,
-                 max_marked_flows: int | None = None) -> None:
+                 max_marked_flows: int | None = None, loader: str = "auto") -> None:
         """max_flows sizes the counter map (LRU), max_marked_flows the DSCP map (default: max_flows),
-        which has twice as many mark slots."""
+        which has twice as many mark slots; ``loader``: auto, libbpf or bcc (leveller.agent.bpfload)."""
         check_ifname(ifname, "ifname")
+        check_loader(loader, "loader")
         if netns is not None:
             check_netns(netns, "netns")
         for name, value in (("max_flows", max_flows), ("max_marked_flows", max_marked_flows)):
@@ -110,7 +118,8 @@ class Datapath:
         self.netns = netns
         self.max_flows = max_flows
         self.max_marked_flows = max_marked_flows if max_marked_flows is not None else max_flows
-        self._bpf: Any = None
+        self.loader = loader
+        self._prog: LoadedProgram | None = None
         self._ifindex: int | None = None
         self._added_clsact = False
         self._table: SlotTable | None = None  # which flow holds which slot (set at load)
@@ -133,9 +142,15 @@ class Datapath:
         while the leaving ones still hold theirs."""
         return SLOTS_PER_MARKED_FLOW * self.max_marked_flows
 
-    def _cflags(self) -> list[str]:
-        return [f"-I{BPF_DIR}", f"-DFLOW_STATS_MAX={self.max_flows}", f"-DFLOW_DSCP_MAX={self.max_marked_flows}",
-                f"-DFLOW_MARK_SLOTS={self.mark_slots}", f"-DFLOW_DSCP_STATS_MAX={self.max_dscp_stats}"]
+    def map_sizes(self) -> dict[str, int]:
+        """Entries of each sized map (the lease map has one, fixed)."""
+        return {STATS_MAP: self.max_flows, DSCP_MAP: self.max_marked_flows, MARK_MAP: self.mark_slots,
+                DSCP_STATS_MAP: self.max_dscp_stats}
+
+    @property
+    def loader_used(self) -> str | None:
+        """Which loader loaded the program ("libbpf" or "bcc"; None while nothing is loaded)."""
+        return self._prog.loader if self._prog is not None else None
 
     # ---- lifecycle -------------------------------------------------------
     def __enter__(self) -> Datapath:
@@ -151,7 +166,7 @@ class Datapath:
         return self._ifindex is not None
 
     def attach(self) -> None:
-        """Compile and load the program, then add clsact (if absent) and our egress filter."""
+        """Load the program, then add clsact (if absent) and our egress filter."""
         if self.attached:
             raise DatapathError(f"already attached to {self._where()}")
         ipr = _iproute(self.netns)
@@ -162,13 +177,13 @@ class Datapath:
                     f"{self._where()} already carries a leveller filter (prio {FILTER_PRIO:#x}); "
                     "another agent runs there, or a crashed run left it: remove it with "
                     f"leveller.agent.datapath.cleanup_stale({self.ifname!r}, {self.netns!r})")
-            fn = self._load()
+            prog_fd = self._load()
             added_clsact = False
             try:
                 if not _has_clsact(ipr, ifindex):
                     ipr.tc("add", "clsact", ifindex)
                     added_clsact = True
-                ipr.tc("add-filter", "bpf", ifindex, FILTER_HANDLE, fd=fn.fd, name=PROGRAM_NAME,
+                ipr.tc("add-filter", "bpf", ifindex, FILTER_HANDLE, fd=prog_fd, name=PROGRAM_NAME,
                        parent=EGRESS_PARENT, prio=FILTER_PRIO, classid=1, direct_action=True)
             except Exception as exc:
                 if added_clsact:
@@ -198,22 +213,19 @@ class Datapath:
             ipr.close()
             self._release_bpf()
 
-    def _load(self) -> Any:
-        """Compile the program with this datapath's map sizes, load it and open its maps (the one place
-        bcc runs); returns the loaded function. DatapathError, with nothing left loaded, if that fails."""
-        from bcc import BPF
-
+    def _load(self) -> int:
+        """Load the program with this datapath's map sizes (leveller.agent.bpfload) and open its maps;
+        returns the program's fd. DatapathError, with nothing left loaded, if that fails."""
         try:
-            self._bpf = BPF(src_file=str(SOURCE).encode(), cflags=self._cflags())
-            fn = self._bpf.load_func(PROGRAM_NAME.encode(), BPF.SCHED_CLS)
+            self._prog = load_program(self.loader, self.map_sizes())
             self._map_fds()
-        except Exception as exc:
+        except (LoadError, OSError, ValueError) as exc:
             self._release_bpf()
             lacking = missing_capabilities()
             hint = (f" (this process lacks {' and '.join(lacking)}: run it as root, or with the capabilities "
                     "deploy/systemd/leveller-agent.service grants)") if lacking else ""
-            raise DatapathError(f"loading {SOURCE.name} failed: {exc}{hint}") from exc
-        return fn
+            raise DatapathError(f"loading flow_marker (loader {self.loader}) failed: {exc}{hint}") from exc
+        return self._prog.program_fd
 
     def _release_bpf(self) -> None:
         self._marks, self._table = None, None
@@ -223,17 +235,18 @@ class Datapath:
                 mm.close()
             except BufferError:
                 pass  # someone still holds a view of the marks: unmapped when it goes
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None
+        prog, self._prog = self._prog, None
+        if prog is not None:
+            prog.close()
         self._stats_fd = self._dscp_fd = self._mark_fd = self._lease_fd = self._dscp_stats_fd = -1
 
     def _map_fds(self) -> None:
-        self._dscp_stats_fd = self._bpf.get_table(DSCP_STATS_MAP.encode()).map_fd
-        self._stats_fd = self._bpf.get_table(STATS_MAP.encode()).map_fd
-        self._dscp_fd = self._bpf.get_table(DSCP_MAP.encode()).map_fd
-        self._mark_fd = self._bpf.get_table(MARK_MAP.encode()).map_fd
-        self._lease_fd = self._bpf.get_table(LEASE_MAP.encode()).map_fd
+        assert self._prog is not None
+        self._dscp_stats_fd = self._prog.map_fd(DSCP_STATS_MAP)
+        self._stats_fd = self._prog.map_fd(STATS_MAP)
+        self._dscp_fd = self._prog.map_fd(DSCP_MAP)
+        self._mark_fd = self._prog.map_fd(MARK_MAP)
+        self._lease_fd = self._prog.map_fd(LEASE_MAP)
         slots = self.mark_slots
         self._marks_mm = mmap.mmap(self._mark_fd, slots * DSCP_DTYPE.itemsize, mmap.MAP_SHARED,
                                    mmap.PROT_READ | mmap.PROT_WRITE)
@@ -474,7 +487,9 @@ class Datapath:
     def program_fd(self) -> int:
         """fd of the loaded program (for BPF_PROG_TEST_RUN)."""
         self._require_attached()
-        return int(self._bpf.funcs[PROGRAM_NAME.encode()].fd)
+        if self._prog is None:
+            raise DatapathError("no program is loaded")
+        return self._prog.program_fd
 
 
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
@@ -487,9 +502,9 @@ def _flows_of_records(records: np.ndarray) -> list[FlowKey]:
     return [unpack_key(raw[i:i + size]) for i in range(0, len(raw), size)]
 
 
-def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None) -> Datapath:
+def load_detached(max_flows: int = 1024, max_marked_flows: int | None = None, loader: str = "auto") -> Datapath:
     """A Datapath whose program and maps are loaded but attached nowhere (for BPF_PROG_TEST_RUN)."""
-    dp = Datapath("none", max_flows=max_flows, max_marked_flows=max_marked_flows)
+    dp = Datapath("none", max_flows=max_flows, max_marked_flows=max_marked_flows, loader=loader)
     dp._load()
     dp._ifindex = -1  # "attached" for the map API; detach() must not touch tc
     return dp

@@ -4,6 +4,8 @@
   usable on a program loaded by bcc (its fd); runs the program on crafted
   packet bytes (optionally with a struct __sk_buff context, see skb_context)
   and returns the verdict and the bytes it produced.
+- map_info: what the kernel holds of a map (BPF_OBJ_GET_INFO_BY_FD), whichever
+  loader created it.
 - map_update_batch / map_delete_batch / map_lookup_all / array_lookup_all: the
   kernel's batch map operations on raw byte buffers (bcc's wrappers build one
   Python object per entry and its lookup loop reuses one variable for count
@@ -59,6 +61,25 @@ class _BatchOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
 
 
+class _MapInfo(ctypes.Structure):
+    # the head of struct bpf_map_info (uapi linux/bpf.h); the kernel fills as much as info_len asks for
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
+                ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
+                ("name", ctypes.c_char * 16)]
+
+
+@dataclass(frozen=True)
+class MapInfo:
+    """A map as the kernel holds it."""
+
+    type: int  # enum bpf_map_type (1 hash, 2 array, 9 lru_hash)
+    key_size: int
+    value_size: int
+    max_entries: int
+    map_flags: int
+    name: str
+
+
 @lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
     try:
@@ -70,7 +91,9 @@ def _lib() -> ctypes.CDLL:
     lib.bpf_map_update_batch.argtypes = [ctypes.c_int, vp, vp, u32p, ctypes.POINTER(_BatchOpts)]
     lib.bpf_map_delete_batch.argtypes = [ctypes.c_int, vp, u32p, ctypes.POINTER(_BatchOpts)]
     lib.bpf_map_lookup_batch.argtypes = [ctypes.c_int, vp, vp, vp, vp, u32p, ctypes.POINTER(_BatchOpts)]
-    for name in ("bpf_prog_test_run_opts", "bpf_map_update_batch", "bpf_map_delete_batch", "bpf_map_lookup_batch"):
+    lib.bpf_obj_get_info_by_fd.argtypes = [ctypes.c_int, vp, u32p]
+    for name in ("bpf_prog_test_run_opts", "bpf_map_update_batch", "bpf_map_delete_batch", "bpf_map_lookup_batch",
+                 "bpf_obj_get_info_by_fd"):
         getattr(lib, name).restype = ctypes.c_int
     return lib
 
@@ -127,6 +150,17 @@ def prog_test_run(prog_fd: int, packet: bytes, repeat: int = 1, ctx: bytes | Non
     if ret != 0:
         raise BpfSyscallError("BPF_PROG_TEST_RUN", _errno(ret))
     return TestRunResult(opts.retval, data_out.raw[: opts.data_size_out], opts.duration)
+
+
+def map_info(map_fd: int) -> MapInfo:
+    """Type, key and value sizes, entries, flags and name of the map behind ``map_fd``."""
+    info = _MapInfo()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    ret = _lib().bpf_obj_get_info_by_fd(map_fd, ctypes.byref(info), ctypes.byref(size))
+    if ret != 0:
+        raise BpfSyscallError("BPF_OBJ_GET_INFO_BY_FD", _errno(ret))
+    return MapInfo(info.type, info.key_size, info.value_size, info.max_entries, info.map_flags,
+                   info.name.decode(errors="replace"))
 
 
 def _batch_opts(elem_flags: int = 0) -> _BatchOpts:

@@ -39,6 +39,16 @@ class AgentMetrics:
                                      "because the phase ended / its wait ran out)", ["outcome"], registry=r)
         self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
                                 "(0: none)", registry=r)
+        self.datapath_loader = Gauge("leveller_agent_datapath_loader", "1 for the loader that put the eBPF "
+                                     "program into the kernel (libbpf: the CO-RE object; bcc: compiled at start)",
+                                     ["loader"], registry=r)
+        self.loader: str | None = None  # the same, for the --json lines (None: no eBPF datapath)
+
+    def set_loader(self, loader: str | None) -> None:
+        """Record which loader loaded the eBPF datapath."""
+        self.loader = loader
+        if loader is not None:
+            self.datapath_loader.labels(loader).set(1)
 
 
 class Rejections:

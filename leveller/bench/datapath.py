@@ -51,6 +51,7 @@ class DatapathBenchResult:
     update_runs_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     seconds_per_run: float = 0.0
     elapsed_s: float = 0.0
+    loader: str = ""  # which loader loaded our program (libbpf, bcc)
 
     @property
     def throughput_gbps(self) -> dict[str, float]:
@@ -66,6 +67,7 @@ class DatapathBenchResult:
                for size in self.update_runs_ms["ebpf"]}
         return {
             "flows": self.flows,
+            "loader": self.loader,
             "throughput_gbps": {k: round(v, 3) for k, v in self.throughput_gbps.items()},
             "update_ms": {"ebpf": _rounded(self.update_ms("ebpf")), "iptables": _rounded(ipt)},
             "iptables_update_methods_ms": {
@@ -152,13 +154,16 @@ def _iperf(pair: Any, seconds: float) -> float:
 
 
 def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0,
-        progress: Progress | None = None) -> DatapathBenchResult:
-    """Run the whole benchmark; see the module docstring."""
-    from leveller.agent.datapath import Datapath  # bcc
+        progress: Progress | None = None, loader: str = "auto") -> DatapathBenchResult:
+    """Run the whole benchmark; see the module docstring. ``loader``: how our program is loaded
+    (leveller.agent.bpfload: auto, libbpf, bcc)."""
+    from leveller.agent.bpfload import check_loader
+    from leveller.agent.datapath import Datapath
     from leveller.testbed.vethpair import VethPair
 
     if isinstance(flows, bool) or not isinstance(flows, int) or not 1 <= flows <= MAX_FLOWS:
         raise UserError(f"--flows={flows!r}: allowed is an integer in 1..{MAX_FLOWS}")
+    check_loader(loader)
     check_tools()
     say = progress or (lambda _msg: None)
     t_start = time.monotonic()
@@ -173,7 +178,7 @@ def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0,
         try:
             say(f"loading {flows} iptables rules")
             _restore(pair.ns_a, _chain(keys, [10] * flows))
-            dp_kwargs = {"max_marked_flows": flows}
+            dp_kwargs: dict[str, Any] = {"max_marked_flows": flows, "loader": loader}
 
             # ---- throughput, interleaved --------------------------------
             modes = ["none", "ebpf", "iptables"]
@@ -190,6 +195,7 @@ def run(flows: int = 10000, rounds: int = 6, seconds: float = 3.0,
                             dp.set_dscp(dict.fromkeys(keys, 10))
                             gbps = _iperf(pair, seconds)
                             _check_ebpf_marked(dp, keys[flows // 2])
+                            result.loader = dp.loader_used or ""
                     else:
                         _iptables(pair.ns_a, "-A", "POSTROUTING", "-j", CHAIN)
                         try:

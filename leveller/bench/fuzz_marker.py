@@ -71,6 +71,7 @@ class FuzzResult:
     flows: dict[str, int]
     counter_mismatches: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    loader: str = ""  # which loader loaded the program (libbpf, bcc)
 
     @property
     def violations(self) -> int:
@@ -91,6 +92,7 @@ class FuzzResult:
             "seed": self.seed,
             "flows": self.flows,
             "examples": self.examples,
+            "loader": self.loader,
         }
 
 
@@ -108,13 +110,13 @@ def _flow_text(f: Flow) -> str:
     return _flow_key(f).label()
 
 
-def load_marker(plan: FlowPlan) -> Any:
+def load_marker(plan: FlowPlan, loader: str = "auto") -> Any:
     """The program loaded (not attached) with the plan's DSCP marks: mapped flows through the
     agent's Datapath.set_dscp, invalid marks written raw with Datapath.write_dscp (set_dscp refuses
     them); each flow gets a slot and its mark in the mmap'd mark array, as the agent's flows do."""
     from leveller.agent.datapath import load_detached
 
-    dp = load_detached(max_flows=STATS_ENTRIES, max_marked_flows=len(plan.mapped) + len(plan.inert))
+    dp = load_detached(max_flows=STATS_ENTRIES, max_marked_flows=len(plan.mapped) + len(plan.inert), loader=loader)
     try:
         dp.set_dscp({_flow_key(f): d for f, d in plan.mapped.items()})
         dp.write_dscp(key_records([_flow_key(f) for f in plan.inert]),
@@ -254,13 +256,15 @@ class _Fuzz:
                                                              "last_seen_ns": have[2]})
 
 
-def run_fuzz(packets: int, seed: int, progress: Progress | None = None) -> FuzzResult:
-    """Run ``packets`` frames (not counting those the kernel refuses up front) through the marker."""
+def run_fuzz(packets: int, seed: int, progress: Progress | None = None, loader: str = "auto") -> FuzzResult:
+    """Run ``packets`` frames (not counting those the kernel refuses up front) through the marker, loaded
+    with ``loader`` (leveller.agent.bpfload)."""
     plan = plan_flows(random.Random(seed))
     flows = {"mapped_ipv4": sum(1 for f in plan.mapped if f[0] == 4),
              "mapped_ipv6": sum(1 for f in plan.mapped if f[0] == 6), "invalid_marks": len(plan.inert)}
     chunk_size = max(1, min(CHUNK, packets // 8))
-    dp = load_marker(plan)
+    dp = load_marker(plan, loader)
+    used = dp.loader_used
     try:
         fuzz = _Fuzz(dp, plan, seed)
         done, chunk = 0, 0
@@ -278,4 +282,4 @@ def run_fuzz(packets: int, seed: int, progress: Progress | None = None) -> FuzzR
     finally:
         dp.detach()
     return FuzzResult(done, seed, elapsed, fuzz.kernel_ns, fuzz.by_kind, fuzz.by_check, fuzz.by_lease, flows,
-                      fuzz.counter_mismatches, fuzz.examples)
+                      fuzz.counter_mismatches, fuzz.examples, used)

@@ -6,6 +6,7 @@
   leveller bench fuzz-marker  scapy-built frames through the eBPF marker, every invariant checked
   leveller bench network-sim  network simulator events per second at several fabric sizes
   leveller bench controller   decision time, 1,000 agents, map updates at cluster scale
+  leveller bench agent-start  agent start to its first marked packet, per eBPF loader (libbpf, bcc)
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "network-sim": ("leveller.commands.bench_network",
                     "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
     "controller": ("leveller.commands.bench_controller", "controller and enforcement at cluster scale"),
+    "agent-start": ("leveller.commands.bench_agent_start",
+                    "agent start to its first marked packet, with each eBPF loader (libbpf, bcc)"),
 }
 
 

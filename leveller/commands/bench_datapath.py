@@ -2,7 +2,9 @@
 
 Measures, with iperf3 (one TCP stream, sender namespace -> receiver namespace):
   none      no marker on the sender's veth
-  ebpf      our tc egress program (bpf/flow_marker.c) holding N flow -> DSCP entries
+  ebpf      our tc egress program (bpf/flow_marker.c) holding N flow -> DSCP entries, loaded with
+            --loader: the CO-RE object through libbpf, or the C compiled by bcc (default auto: as
+            the agent chooses)
   iptables  N mangle rules `-s A -d B -p tcp --sport X --dport Y -j DSCP` (the paper's method)
 The measured flow is one of the N and gets re-marked by both markers. Modes are
 interleaved (rotating order) and medians reported. Then the time to change the
@@ -14,6 +16,7 @@ Takes about 1.5-2 minutes with the defaults.
 examples:
   leveller bench datapath
   leveller bench datapath --flows 1000 --rounds 3 --json
+  leveller bench datapath --loader bcc
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="interleaved throughput runs per mode; medians are reported (default 6)")
     parser.add_argument("--seconds", type=float, default=3.0, metavar="S",
                         help="length of each iperf3 run in seconds (default 3)")
+    parser.add_argument("--loader", choices=("auto", "libbpf", "bcc"), default="auto",
+                        help="how our program is loaded (default auto: libbpf when the CO-RE object is built, "
+                        "else bcc)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.set_defaults(func=handle)
 
@@ -50,11 +56,11 @@ def handle(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     if args.json:
-        result = datapath.run(args.flows, args.rounds, args.seconds)
+        result = datapath.run(args.flows, args.rounds, args.seconds, loader=args.loader)
         print(json.dumps(result.to_json()))
         return 0
     with err.status("starting") as status:
-        result = datapath.run(args.flows, args.rounds, args.seconds, progress=status.update)
+        result = datapath.run(args.flows, args.rounds, args.seconds, progress=status.update, loader=args.loader)
     _print_tables(result.to_json())
     return 0
 
@@ -65,7 +71,7 @@ def _print_tables(res: dict) -> None:
 
     out = Console(file=sys.stdout)
     tp = res["throughput_gbps"]
-    t1 = Table(title=f"iperf3 throughput, veth pair, {res['flows']} flow entries "
+    t1 = Table(title=f"iperf3 throughput, veth pair, {res['flows']} flow entries, loaded with {res['loader']} "
                      f"(median of {len(res['throughput_runs_gbps']['none'])} x {res['seconds_per_run']:g} s)")
     for col in ("marker", "Gbit/s", "x none", "runs"):
         t1.add_column(col, justify="right" if col != "marker" else "left")

@@ -1,6 +1,6 @@
 """Fuzz the eBPF marker (bpf/flow_marker.c) with BPF_PROG_TEST_RUN and check every frame.
 
-The real program, loaded by bcc as the agent loads it (attached to no interface),
+The real program, loaded as the agent loads it (attached to no interface; --loader),
 holds a realistic DSCP map: 160 IPv4 and 160 IPv6 flows of one cluster host (TCP
 collectives, RoCEv2 UDP) plus 16 invalid raw marks. Frames built with scapy run
 through it: IPv4/IPv6 x TCP/UDP/ICMP/other protocols, IPv4 options, IPv4 and IPv6
@@ -25,6 +25,7 @@ in the JSON under "examples"). Needs root. About 8 s per 100,000 frames here
 examples:
   leveller bench fuzz-marker --packets 20000
   leveller bench fuzz-marker --packets 1000000 --seed 7 --json
+  leveller bench fuzz-marker --packets 100000 --loader bcc
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "before the program, too short for a test run, are not counted)")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seed of the flow set and the frames (default 0); the same seed gives the same frames")
+    parser.add_argument("--loader", choices=("auto", "libbpf", "bcc"), default="auto",
+                        help="load the CO-RE object with libbpf, or compile the C with bcc (default auto: as the "
+                        "agent chooses, see `leveller agent --help`)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.set_defaults(func=handle)
 
@@ -63,7 +67,7 @@ def handle(args: argparse.Namespace) -> int:
     with Bar(["fuzzing the marker", "bar", "count", "{task.fields[violations]} violations", "remaining"],
              args.packets, "fuzz", violations=0) as bar:
         result = run_fuzz(args.packets, args.seed, (lambda done, bad: bar.update(completed=done, violations=bad))
-                          if bar.shown else None)
+                          if bar.shown else None, loader=args.loader)
     doc = result.to_json()
     if args.json:
         print(json.dumps(doc))
@@ -77,7 +81,8 @@ def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     out = Console(file=sys.stdout)
-    table = Table(title=f"{doc['packets']:,} frames through bpf/flow_marker.c (seed {doc['seed']})")
+    table = Table(title=f"{doc['packets']:,} frames through bpf/flow_marker.c (seed {doc['seed']}, loaded with "
+                        f"{doc['loader']})")
     for col in ("kind", "frames", "rewritten", "counted", "refused by kernel", "violations"):
         table.add_column(col, justify="left" if col == "kind" else "right")
     for kind, t in doc["by_kind"].items():

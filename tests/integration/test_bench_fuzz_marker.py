@@ -10,6 +10,7 @@ the matching invariant must be reported broken.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,21 +77,24 @@ DEFECTS = [
 @pytest.mark.parametrize("defect,old,new,invariant", DEFECTS, ids=[d[0] for d in DEFECTS])
 def test_a_defective_marker_is_caught(defect: str, old: str, new: str, invariant: str, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from leveller.agent import datapath
+    from leveller.agent import bpfsource
     from leveller.bench.fuzz_marker import run_fuzz
 
     text = SOURCE.read_text()
     assert text.count(old) == 1, f"{defect}: the text to break is no longer in flow_marker.c; update the test"
-    broken = tmp_path / "flow_marker.c"
-    broken.write_text(text.replace(old, new))
-    monkeypatch.setattr(datapath, "SOURCE", broken)  # flow_marker.h still comes from bpf/ (-I)
+    (tmp_path / "flow_marker.c").write_text(text.replace(old, new))
+    shutil.copyfile(SOURCE.with_name("flow_marker.h"), tmp_path / "flow_marker.h")
+    # the agent's sources are now the edited ones, with no CO-RE object built from them: bcc compiles them
+    monkeypatch.setattr(bpfsource, "bpf_dir", lambda: tmp_path)
     result = run_fuzz(6000, seed=5)
+    assert result.loader == "bcc"
     assert result.by_check[invariant] > 0, (defect, result.to_json()["by_check"])
     assert result.violations > 0
 
 
-def test_the_real_marker_passes_the_same_short_fuzz() -> None:
+@pytest.mark.parametrize("loader", ["libbpf", "bcc"])
+def test_the_real_marker_passes_the_same_short_fuzz(loader: str) -> None:
     from leveller.bench.fuzz_marker import run_fuzz
 
-    result = run_fuzz(6000, seed=5)
-    assert result.violations == 0, result.examples
+    result = run_fuzz(6000, seed=5, loader=loader)
+    assert result.violations == 0 and result.loader == loader, result.examples

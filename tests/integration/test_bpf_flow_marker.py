@@ -49,13 +49,17 @@ from .packets import (
 pytestmark = pytest.mark.privileged
 
 LEASE_S = 3600.0  # the marking tests' lease: runs for the whole test session
+LOADERS = ("libbpf", "bcc")  # leveller.agent.bpfload: one source, two loaders, the same program
 
 
-@pytest.fixture(scope="module")
-def loaded() -> Iterator[object]:
+@pytest.fixture(scope="module", params=LOADERS)
+def loaded(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The program loaded by each loader in turn (the CO-RE object by libbpf, the C by bcc): every test
+    of this module checks both."""
     from leveller.agent.datapath import load_detached
 
-    dp = load_detached(max_flows=1024, max_marked_flows=1024)
+    dp = load_detached(max_flows=1024, max_marked_flows=1024, loader=request.param)
+    assert dp.loader_used == request.param
     yield dp
     dp.detach()
 
@@ -77,17 +81,27 @@ def dp(loaded: object) -> Iterator[object]:
     return loaded
 
 
-def test_bcc_sees_the_same_struct_sizes_as_the_mirror(dp: object) -> None:
-    bpf = dp._bpf  # type: ignore[attr-defined]
-    stats, slots = bpf.get_table(b"flow_stats_egress"), bpf.get_table(b"flow_dscp_egress")
-    marks = bpf.get_table(b"flow_mark_egress")
-    assert ctypes.sizeof(stats.Key) == ctypes.sizeof(FlowKeyC)
-    assert ctypes.sizeof(stats.Leaf) == ctypes.sizeof(FlowStatsC)
-    assert ctypes.sizeof(slots.Key) == ctypes.sizeof(FlowKeyC)
-    assert ctypes.sizeof(slots.Leaf) == ctypes.sizeof(FlowSlotC)
-    assert ctypes.sizeof(marks.Key) == 4 and ctypes.sizeof(marks.Leaf) == ctypes.sizeof(FlowDscpC) == 8
-    assert marks.flags & 1024  # BPF_F_MMAPABLE
-    assert marks.max_entries == dp.mark_slots == 2 * dp.max_marked_flows  # type: ignore[attr-defined]
+def test_the_kernels_maps_have_the_mirrors_struct_sizes(dp: object) -> None:
+    """What the kernel created (BPF_OBJ_GET_INFO_BY_FD), whichever loader asked: the key and value
+    sizes of leveller/agent/flow_structs.py, the sizes the datapath asked for, the mark array mmapable."""
+    info = {name: libbpf.map_info(fd) for name, fd in (
+        ("flow_stats_egress", dp._stats_fd), ("flow_dscp_egress", dp._dscp_fd),  # type: ignore[attr-defined]
+        ("flow_mark_egress", dp._mark_fd), ("flow_lease_egress", dp._lease_fd),  # type: ignore[attr-defined]
+        ("flow_dscp_stats_egress", dp._dscp_stats_fd))}  # type: ignore[attr-defined]
+    lru_hash, hash_, array = 9, 1, 2  # enum bpf_map_type
+    assert {n: (i.type, i.key_size, i.value_size) for n, i in info.items()} == {
+        "flow_stats_egress": (lru_hash, ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowStatsC)),
+        "flow_dscp_egress": (hash_, ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowSlotC)),
+        "flow_mark_egress": (array, 4, ctypes.sizeof(FlowDscpC)),
+        "flow_lease_egress": (array, 4, 8),
+        "flow_dscp_stats_egress": (lru_hash, 44, 16),
+    }
+    assert info["flow_mark_egress"].map_flags & 1024  # BPF_F_MMAPABLE
+    assert info["flow_mark_egress"].max_entries == dp.mark_slots == 2 * dp.max_marked_flows  # type: ignore[attr-defined]
+    assert (info["flow_stats_egress"].max_entries, info["flow_dscp_egress"].max_entries,
+            info["flow_lease_egress"].max_entries) == (1024, 1024, 1)
+    assert info["flow_dscp_stats_egress"].max_entries == dp.max_dscp_stats  # type: ignore[attr-defined]
+    assert all(n.startswith(i.name) for n, i in info.items())  # the kernel keeps 15 characters of a name
 
 
 @pytest.mark.parametrize("ecn", [0, 1, 2, 3])

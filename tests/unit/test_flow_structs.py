@@ -180,3 +180,80 @@ def test_records_of_mixed_versions_and_refusals() -> None:
         fs.pack_key(flow_key("10.0.0.1", "10.0.0.2", proto="icmp"))
     with pytest.raises(ValueError, match="address"):
         fs.pack_key(FlowKey("10.0.0.1", "fd00::b", 1, 2, 6))
+
+
+# ---- the CO-RE object: its BTF (what libbpf and the kernel see) against the same mirror ---------------------
+
+BPF_DIR = HEADER_DIR
+# each map of the object: (BPF_MAP_TYPE_*, key struct or None for a u32 index, value struct, map_flags)
+MAPS = {"flow_stats_egress": (9, "flow_key", "flow_stats", 0), "flow_dscp_egress": (1, "flow_key", "flow_slot", 0),
+        "flow_mark_egress": (2, None, "flow_dscp", 1024), "flow_lease_egress": (2, None, "flow_lease", 0),
+        "flow_dscp_stats_egress": (9, "flow_dscp_key", "flow_dscp_stats", 0)}
+
+
+@pytest.fixture(scope="module")
+def core_btf(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
+    """The BTF types (id -> type) of the object bpf/Makefile builds, built afresh into a temporary
+    directory (the checkout's bpf/build is left alone)."""
+    for tool in ("clang", "bpftool", "make"):
+        assert shutil.which(tool), f"{tool} is needed to build the CO-RE object (`make setup`)"
+    build = tmp_path_factory.mktemp("bpf-build")
+    r = subprocess.run(["make", "-s", "-C", str(BPF_DIR), f"BUILD={build}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from leveller.agent.bpfsource import source_digest
+
+    assert (build / "flow_marker.bpf.sha256").read_text().split()[0] == source_digest(BPF_DIR)
+    dump = subprocess.run(["bpftool", "-j", "btf", "dump", "file", str(build / "flow_marker.bpf.o")],
+                          capture_output=True, text=True, check=True).stdout
+    import json
+
+    return {t["id"]: t for t in json.loads(dump)["types"]}
+
+
+def _resolve(types: dict[int, dict], type_id: int) -> dict:
+    t = types[type_id]
+    while t["kind"] in ("TYPEDEF", "CONST", "VOLATILE"):
+        t = types[t["type_id"]]
+    return t
+
+
+def test_the_core_objects_btf_has_the_mirrors_struct_layouts(core_btf: dict[int, dict]) -> None:
+    structs = {t["name"]: t for t in core_btf.values() if t["kind"] == "STRUCT" and t["name"] in MIRRORS}
+    assert set(structs) == set(MIRRORS)
+    for cname, mirror in MIRRORS.items():
+        btf = structs[cname]
+        assert btf["size"] == ctypes.sizeof(mirror), cname
+        members = [(m["name"], m["bits_offset"] // 8) for m in btf["members"]]
+        assert members == [(f, getattr(mirror, f).offset) for f, _ in mirror._fields_], cname
+
+
+def test_the_core_objects_maps_have_the_agents_types_and_flags(core_btf: dict[int, dict]) -> None:
+    """The BTF-defined maps (libbpf's SEC(".maps") convention: a struct of pointers to int arrays whose
+    length is the value) hold the key and value structs the agent packs."""
+    found = {}
+    for t in core_btf.values():
+        if t["kind"] != "VAR" or t["name"] not in MAPS:
+            continue
+        fields = {m["name"]: _resolve(core_btf, m["type_id"]) for m in _resolve(core_btf, t["type_id"])["members"]}
+
+        def number(field: str, fields: dict[str, dict] = fields) -> int:
+            return int(_resolve(core_btf, fields[field]["type_id"])["nr_elems"]) if field in fields else 0
+
+        key = _resolve(core_btf, fields["key"]["type_id"])
+        value = _resolve(core_btf, fields["value"]["type_id"])
+        found[t["name"]] = (number("type"), key["name"] if key["kind"] == "STRUCT" else None, value["name"],
+                            number("map_flags"))
+        if key["kind"] != "STRUCT":
+            assert key["kind"] == "INT" and key["size"] == 4, (t["name"], key)
+    assert found == MAPS
+
+
+def test_the_bcc_and_core_builds_share_one_source() -> None:
+    """One C file for both loaders: bcc's map syntax and the libbpf one are behind macros, so a change of
+    the program's logic reaches both (an #ifdef outside the preamble and the bcc accessors would let
+    them drift apart)."""
+    text = (BPF_DIR / "flow_marker.c").read_text()
+    body = text[text.index('#include "flow_marker.h"'):]
+    outside = [line for line in body.splitlines() if line.startswith("#if") and "LEVELLER_CORE" in line]
+    assert outside == ["#ifndef LEVELLER_CORE"], outside  # only the bcc accessor functions
+    assert body.count("LV_LOOKUP(") >= 7 and ".lookup(" not in body.split("#endif", 1)[1]
