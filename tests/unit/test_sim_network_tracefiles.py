@@ -84,7 +84,8 @@ def test_a_duration_that_is_no_finite_number_of_seconds_is_named(tmp_path, durat
 
 
 @pytest.mark.parametrize("field,value", [("submitted_time", 1506638472), ("submitted_time", ["2017-10-03"]),
-                                         ("submitted_time", "next tuesday")])
+                                         ("submitted_time", "next tuesday"),
+                                         ("submitted_time", "0001-01-01 00:00:00")])  # before the epoch's zone
 def test_a_philly_time_that_is_not_a_time_text_is_named(tmp_path, field: str, value) -> None:
     path = philly(tmp_path, [{"jobid": "a", field: value, "attempts": [ATTEMPT]}])
     refused("philly", path, path, "job [0]", f"{field} =", "a time like")
@@ -178,6 +179,7 @@ def test_a_philly_list_read_in_pieces_is_what_json_loads_reads(tmp_path, monkeyp
 
 FIELDS = st.one_of(
     st.sampled_from(["2020-04-01 00:00:00", "2023/8/1 10:05", "2020-04-01 00:10:30", "", "None", "nan", "null",
+                     "0001-01-01 00:00:00", "9999-12-31 23:59:59", "2020-13-01 00:00:00", "2020-04-01T00:00:00",
                      "0", "1", "8", "16", "-1", "1.5", "2.0", "inf", "-inf", "1e999", "nan", "NaN", LONG_INT,
                      "x" * (130 << 10), '"', "a\x00b", '{"nvidia.com/gpu": 8}', '{"nvidia.com/gpu": 1e999}',
                      '{"nvidia.com/gpu": "8"}', "[" * 3000, "{}", "[]"]),

@@ -34,6 +34,7 @@ import csv
 import itertools
 import json
 import math
+import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,7 @@ from leveller.errors import UserError
 from leveller.sim.network.jsonfile import iter_json_list
 
 TIME_FORMATS = ("%Y/%m/%d %H:%M", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M")
+_ISO = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?", re.ASCII)  # matched whole: no T, zone or fraction
 MISSING = ("", "none", "null", "nan")  # a time not recorded (a number not recorded is empty)
 LINGJUN_JOB = ("job_name", "gmt_job_submitted", "gmt_job_running")
 LINGJUN_WORKER = ("job_name", "RES")
@@ -83,10 +85,15 @@ def parse_time(text: str | None) -> float | None:
     text = (text or "").strip()
     if text.lower() in MISSING:
         return None
+    if _ISO.fullmatch(text):  # Philly's and Helios's form: fromisoformat reads it as strptime does, 10 times faster
+        try:
+            return datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError):  # a month 13 (strptime says so too), a year 1 before the epoch's zone
+            pass
     for fmt in TIME_FORMATS:
         try:
             return datetime.strptime(text, fmt).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError):
             continue
     return None
 
