@@ -37,6 +37,9 @@ class AgentMetrics:
                                      "demotion, by outcome (immediate: the flow was idle; deferred: it started "
                                      "waiting for its phase to end; phase_end / deadline: a waiting one applied "
                                      "because the phase ended / its wait ran out)", ["outcome"], registry=r)
+        self.fence_resets = PromCounter("leveller_agent_fence_resets", "times the agent followed a lower leader "
+                                        "epoch decided well after the newest it had seen: etcd restored or "
+                                        "replaced (leveller.agent.fencing)", registry=r)
         self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
                                 "(0: none)", registry=r)
 

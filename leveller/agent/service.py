@@ -341,7 +341,7 @@ class Agent:
                 stale, cleared, waiting = False, False, False
             else:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
-                stale, cleared, waiting = self._take(reply, sent)
+                stale, cleared, waiting = self._take(reply, sent, reported=True)
             marks, mode = dict(self.marks), self.mode
             held = len(self.demotion.waiting) if self.demotion is not None else 0
         self.last_error = None
@@ -356,7 +356,7 @@ class Agent:
         with self._lock:
             if self._closed:
                 return
-            if not self.fence.admit(reply.leader_epoch):  # a deposed leader's decision: never applied
+            if not self.fence.admit(reply.leader_epoch, received):  # a deposed leader's decision: never applied
                 self._count("fenced")
                 return
             self._take(reply, received)
@@ -380,7 +380,7 @@ class Agent:
         if previous is not None:
             LOG.warning("now reporting to controller %s (%s stopped answering)", source, previous)
 
-    def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool, bool]:
+    def _take(self, reply: LevelsReply, reference: float, reported: bool = False) -> tuple[bool, bool, bool]:
         """Apply ``reply`` if its decision is still within the lease, else drop every mark. ``reference``
         is a monotonic time not later than when the reply left the controller (a report: when the request
         left; a push, sent once the decision exists: its arrival, late by the network delay only).
@@ -390,9 +390,13 @@ class Agent:
         now = self.monotonic()
         decided = reference - reply.decision_age_s
         expired = self._expire_if_due()  # levels in hand whose lease ran out are cleared as such
-        if not self.fence.admit(reply.leader_epoch):  # a deposed leader's levels: the ones in hand stay
+        resets = self.fence.resets
+        # a deposed leader's levels: the ones in hand stay (unless etcd was restored: leveller.agent.fencing)
+        if not self.fence.admit(reply.leader_epoch, now, decided if reported else None, reply.lease_s):
             self._count("fenced")
             return False, expired, False
+        if self.fence.resets != resets and self.metrics is not None:
+            self.metrics.fence_resets.inc()
         if self._held_from != self._source and decided < self._source_since and self.lease.valid(now):
             return False, False, True
         valid_for = decided + reply.lease_s - now
