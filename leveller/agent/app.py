@@ -388,7 +388,7 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
                 as client, datapath(args.dev, args.netns) as (flows, enf), rto_routes(args) as routes:
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
-                flows, enf, classifier = add_shim(flows, enf, classifier)
+                flows, enf, classifier = add_shim(flows, enf, classifier, metrics=metrics)
             agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
                           ideal_times=ideals, weights=weights, metrics=metrics, rejected=rejected,
                           overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files,
