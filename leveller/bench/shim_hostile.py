@@ -299,3 +299,30 @@ def run(hostile: int, hostile_mode: str = "no-lease", duration_s: float = 60.0, 
             "tau_s": tau_s, "lease_s": lease_s, "phases": phases, "checks": checks, "ok": all(checks.values()),
             "provider": "fake (tests/shim/fake_verbs.c)", "pid": os.getpid()}
 
+
+def print_result(result: dict[str, Any], console: Any) -> None:
+    """The result of :func:`run` as a table of both phases and its checks (pass/FAIL), on a rich console."""
+    from rich.table import Table
+
+    table = Table(title=f"host agent with {result['hostile']} hostile shim(s) ({result['hostile_mode']}), "
+                        f"{result['duration_s']:g} s per phase, tau {result['tau_s']:g} s, "
+                        f"lease {result['lease_s']:g} s")
+    rows = [("reports", lambda p: str(p["reports"])),
+            ("reports late, max s", lambda p: f"{p['late_s']['max']:.3f}"),
+            ("reports late by more than tau", lambda p: str(p["late_s"]["over_tau"])),
+            ("time inside apply", lambda p: f"{100 * p['apply_busy_share']:.1f} %"),
+            ("longest apply, s", lambda p: f"{p['apply_longest_s']:.3f}"),
+            ("TCP job: marks lapsed, s", lambda p: f"{p['tcp_marks_lapsed_s']:.2f}"),
+            ("RDMA job: shim lease expiries", lambda p: str(p["rdma_lease_expiries"])),
+            ("RDMA job: QPs at their level", lambda p: f"{100 * p['rdma_top_class_share']:.1f} %"),
+            ("shims left alone (by exchange)", lambda p: ", ".join(f"{k} {v}" for k, v in
+                                                                  sorted(p["shim_backoffs"].items())) or "-")]
+    phases = result["phases"]
+    table.add_column("")
+    for name in phases:
+        table.add_column(name, justify="right")
+    for label, cell in rows:
+        table.add_row(label, *(cell(p) for p in phases.values()))
+    console.print(table)
+    for check, ok in result["checks"].items():
+        console.print(f"{'pass' if ok else 'FAIL'}  {check.replace('_', ' ')}")

@@ -138,34 +138,10 @@ def _hostile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        _print_hostile(result)
+        from rich.console import Console
+
+        from leveller.bench.shim_hostile import print_result
+
+        print_result(result, Console())
     return 0 if result["ok"] else 1
 
-
-def _print_hostile(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"host agent with {result['hostile']} hostile shim(s) ({result['hostile_mode']}), "
-                        f"{result['duration_s']:g} s per phase, tau {result['tau_s']:g} s, "
-                        f"lease {result['lease_s']:g} s")
-    rows = [("reports", lambda p: str(p["reports"])),
-            ("reports late, max s", lambda p: f"{p['late_s']['max']:.3f}"),
-            ("reports late by more than tau", lambda p: str(p["late_s"]["over_tau"])),
-            ("time inside apply", lambda p: f"{100 * p['apply_busy_share']:.1f} %"),
-            ("longest apply, s", lambda p: f"{p['apply_longest_s']:.3f}"),
-            ("TCP job: marks lapsed, s", lambda p: f"{p['tcp_marks_lapsed_s']:.2f}"),
-            ("RDMA job: shim lease expiries", lambda p: str(p["rdma_lease_expiries"])),
-            ("RDMA job: QPs at their level", lambda p: f"{100 * p['rdma_top_class_share']:.1f} %"),
-            ("shims left alone (by exchange)", lambda p: ", ".join(f"{k} {v}" for k, v in
-                                                                  sorted(p["shim_backoffs"].items())) or "-")]
-    phases = result["phases"]
-    table.add_column("")
-    for name in phases:
-        table.add_column(name, justify="right")
-    for label, cell in rows:
-        table.add_row(label, *(cell(p) for p in phases.values()))
-    console = Console()
-    console.print(table)
-    for check, ok in result["checks"].items():
-        console.print(f"{'pass' if ok else 'FAIL'}  {check.replace('_', ' ')}")
