@@ -11,8 +11,9 @@ nonzero, saying what failed, and leaves nothing attached.
 
 The agent runs inside the sender's namespace (`ip netns exec` before the capabilities are
 dropped), as a unit's agent runs in its host's namespace: --netns would need CAP_SYS_ADMIN (setns),
-which the unit does not grant. Capabilities, the system call filter and the memory and task bounds only:
-the unit's other sandboxing (ProtectSystem, ...) is checked by systemd-analyze (tests/unit/test_systemd_units.py), not reproduced here."""
+which the unit does not grant. Capabilities, the system call filter and the memory and task bounds
+only: the unit's other sandboxing (ProtectSystem, ...) is checked by systemd-analyze
+(tests/unit/test_systemd_units.py), not reproduced here."""
 
 from __future__ import annotations
 
