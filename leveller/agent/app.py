@@ -141,9 +141,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_WAIT_MAX_S:g}; the lease of the level it keeps bounds it too), "
                         "e.g. --demote-wait-max 0.5")
     parser.add_argument("--rto-min-ms", type=int, default=None, metavar="MS",
-                        help="give the routes toward the job peers (destinations of the job flows on --dev, in "
-                        "--netns) a TCP RTO minimum of MS milliseconds, 1..200, while the agent runs; put back "
-                        "when it exits or dies (default: routes left alone), e.g. --rto-min-ms 10")
+                        help="give each job peer (a destination of the job flows on --dev, in --netns) a host "
+                        "route with a TCP RTO minimum of MS milliseconds, 1..200 (protocol 76; no other route or "
+                        "destination changes), while the agent runs and the peer is reported, at most 4096; "
+                        "deleted when it exits or dies (default: routes left alone), e.g. --rto-min-ms 10")
     parser.add_argument("--shift-dir", metavar="DIR",
                         help="write CASSINI shift orders (controller --policy cassini) to DIR/JOB.shift for the "
                         "jobs to follow")
@@ -243,7 +244,7 @@ def datapath(dev: str | None, netns: str | None) -> Iterator[tuple[Any, Any]]:
 
 @contextlib.contextmanager
 def rto_routes(args: AgentConfig) -> Iterator[Any]:
-    """The route keeper of --rto-min-ms (None without it), stopped (routes put back) on the way out."""
+    """The route keeper of --rto-min-ms (None without it), stopped (its host routes deleted) on the way out."""
     if args.rto_min_ms is None:
         yield None
         return
@@ -388,7 +389,7 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
                 as client, datapath(args.dev, args.netns) as (flows, enf), rto_routes(args) as routes:
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
-                flows, enf, classifier = add_shim(flows, enf, classifier)
+                flows, enf, classifier = add_shim(flows, enf, classifier, metrics=metrics)
             agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
                           ideal_times=ideals, weights=weights, metrics=metrics, rejected=rejected,
                           overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files,

@@ -16,8 +16,8 @@ LOG_EVERY_S = 10.0  # per field: the first rejection is logged at once, then one
 
 
 class AgentMetrics:
-    """Counters for reports, lease expiries, failovers, demotions and skipped input; the lease left and the active
-    controller as gauges."""
+    """Counters for reports, lease expiries, failovers, demotions, skipped input and RDMA shims left alone; the
+    lease left, the active controller and the shims left alone now as gauges."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -42,6 +42,11 @@ class AgentMetrics:
                                         "replaced (leveller.agent.fencing)", registry=r)
         self.lease_left = Gauge("leveller_agent_lease_seconds_left", "seconds the current marks stay valid "
                                 "(0: none)", registry=r)
+        self.shim_backoffs = PromCounter("leveller_agent_shim_backoffs", "times an RDMA shim was left alone after "
+                                         "an exchange failed (no answer in time, an invalid answer, refused), by "
+                                         "exchange (list, lease, set_tc, clear)", ["op"], registry=r)
+        self.shims_left_alone = Gauge("leveller_agent_shims_left_alone", "RDMA shims left alone now after a "
+                                      "failure (their own lease ends the classes the agent gave)", registry=r)
 
 
 class Rejections:
