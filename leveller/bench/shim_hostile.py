@@ -12,7 +12,7 @@ controller's pushes, over real gRPC to a real controller on loopback deciding ev
 
 ``rdma`` has the lower R, so the controller gives its QPs the top level. Each run has two phases of
 ``duration`` seconds each: ``alone`` (the baseline) and ``hostile``, where N processes of the job's
-user (leveller.bench.hostile_shim) serve the shim's socket protocol too, claim QPs of ``rdma``,
+user (leveller.bench.fake_hostile_shim) serve the shim's socket protocol too, claim QPs of ``rdma``,
 answer ``list`` and ``set_tc`` at once and never answer ``lease`` (``--hostile-mode silent``: never
 anything). Figures per phase: how late the agent's reports came (a tick is late by the time past
 its --interval), the share of time the agent spent inside its enforcer's ``apply``, the seconds the
@@ -155,7 +155,7 @@ def _start_hostile(workdir: Path, n: int, mode: str, job: str) -> list[tuple[sub
     procs = []
     for i in range(n):
         sock = workdir / f"hostile-{i}.sock"
-        proc = subprocess.Popen([sys.executable, "-m", "leveller.bench.hostile_shim", "--socket", str(sock),
+        proc = subprocess.Popen([sys.executable, "-m", "leveller.bench.fake_hostile_shim", "--socket", str(sock),
                                  "--mode", mode, "--job", job], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != "READY":

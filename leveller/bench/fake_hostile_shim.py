@@ -10,7 +10,7 @@ two ways (``--mode``):
 - ``silent``: nothing is ever answered (a socket that accepts and says nothing).
 
 Every connection gets its own thread, so the agent's every attempt costs it its full timeout.
-Run as ``python -m leveller.bench.hostile_shim --socket PATH ...``; it prints ``READY`` once it
+Run as ``python -m leveller.bench.fake_hostile_shim --socket PATH ...``; it prints ``READY`` once it
 listens and serves until killed. Nothing here touches a NIC, a QP or a route.
 """
 
@@ -91,7 +91,7 @@ def serve(path: str, mode: str, job: str, qps: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leveller.bench.hostile_shim", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m leveller.bench.fake_hostile_shim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", required=True, help="the unix socket to serve")
     parser.add_argument("--mode", choices=MODES, default="no-lease")
