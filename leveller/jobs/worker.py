@@ -40,12 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from leveller.jobs.agentlink import AgentLink, socket_path
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import format_line
 
 _CHUNK = 256 * 1024
 _HELLO = struct.Struct("!4sI")
 _MAGIC = b"LVLJ"
+REGISTER_WAIT_S = 2.0  # the longest a worker waits for its agent's answer before it starts
 _SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 
@@ -317,11 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     if log:
         log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    link = _agent_link(cfg)
+
     def emit(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         if log_fd is not None:
             os.write(log_fd, (line + "\n").encode())
+        if link is not None and line.startswith("leveller-iter "):
+            link.iteration(int(line.split(" iter=", 1)[1].split()[0]))
 
     worker = Worker(cfg)
     try:
@@ -334,7 +340,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         worker.close()
+        if link is not None:
+            link.close()
     return 0
+
+
+def _agent_link(cfg: WorkerConfig) -> AgentLink | None:
+    """The rank's registration with its host agent (leveller.jobs.agentlink), made before the first
+    connection: an agent that gives the job a cgroup of its own (a scheduler's job) has moved this
+    process there by then, so every connection of the job is counted as the job's."""
+    path = socket_path(os.environ)
+    if path is None:
+        return None
+    link = AgentLink(path, cfg.job, cfg.rank)
+    link.wait_registered(REGISTER_WAIT_S)
+    return link
 
 
 if __name__ == "__main__":
