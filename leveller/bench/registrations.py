@@ -61,7 +61,7 @@ def run(registrations: int = 2000, clients: int = 2) -> dict[str, Any]:
                 script = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
                 started = time.monotonic()
                 procs = [subprocess.Popen(["sh", "-c", script, "sh", sys.executable, "-c", CLIENT, path, str(each),
-                                           f"bench-{i}"], stdout=subprocess.PIPE, text=True)
+                                           "bench"], stdout=subprocess.PIPE, text=True)
                          for i in range(clients)]
                 outs = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
                 seconds = time.monotonic() - started
