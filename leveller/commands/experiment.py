@@ -41,7 +41,7 @@ def live_progress(width: int = 34, log_notes: bool = False) -> Iterator[tuple[Ca
     a progress bar on a terminal (stderr). Yields (progress(fraction done), note(what runs now)); with
     ``log_notes`` every note is also logged above the bar."""
     from leveller.commands.progress import Bar
-    from leveller.demo.interrupts import unwind_on_signals
+    from leveller.experiments.shared.interrupts import unwind_on_signals
 
     with unwind_on_signals(), Bar([f"{{task.description:<{width}}}", "bar", "elapsed", "remaining"],
                                   description="setting up the cluster", log_path=False) as bar:

@@ -4,7 +4,7 @@ Everything is a real process: `leveller controller` (policy, tau, paths from the
 SDN app), `leveller agent` per host of a job (eBPF datapath on the host's eth0
 inside its namespace, iteration logs, flow attribution by port, CASSINI shift
 files, the overlap rule with ``LiveSettings.overlap``), and the job emulator's
-workers in the host namespaces. Jobs are :class:`~leveller.demo.scenario.LiveJob`:
+workers in the host namespaces. Jobs are :class:`~leveller.experiments.demo.scenario.LiveJob`:
 any hosts of the cluster's topology, push or ring. Processes are stopped on exit, error or Ctrl-C;
 each pid is recorded so a crashed demo's processes are stopped at the next start.
 """
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveller.demo.cluster import DemoCluster, record_pid
-from leveller.demo.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
-from leveller.demo.scenario import LEVELS, LiveJob
+from leveller.experiments.shared.cluster import DemoCluster, record_pid
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.shared.measure import JobLog, ideal_from_alone, measured_rate, parse_logs
+from leveller.experiments.shared.star import LEVELS
 from leveller.procs import stop_pid
 
 if TYPE_CHECKING:

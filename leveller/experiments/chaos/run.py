@@ -1,6 +1,6 @@
 """Chaos: the leveller pair on the live cluster while its parts are killed and restarted on a schedule.
 
-The demo's orchestration runs unchanged (leveller.demo.cluster + leveller.demo.live):
+The demo's orchestration runs unchanged (leveller.experiments.shared.cluster + leveller.experiments.shared.policy_run):
 one switch with OVS driven by the SDN app, a controller, an agent with its eBPF
 marker on every host of a job, and the paper's pair (C:M = 1:1 from h1, 1:2 from
 h2, both to h4) under `leveller`. First an undisturbed run (the baseline), then
@@ -10,10 +10,10 @@ bridges, ports and queues are kept, the SDN app reinstalls the rules), the SDN
 app (on its API port), the controller and one agent (with the command line and
 output file they had). With a fault on controllers on etcd in the schedule (leader,
 etcd, partition) each run has its own three etcd members in a namespace and two
-controllers, the run's own and a standby (leveller.demo.chaos_ha); the agents are
+controllers, the run's own and a standby (leveller.experiments.chaos.ha); the agents are
 given both. A capture on h4's eth0 records the DSCP of every job
-packet (leveller.demo.wire); the controller's decisions and the jobs' iteration
-logs come from the run. leveller.demo.chaos_check turns them into recovery times
+packet (leveller.experiments.chaos.wire); the controller's decisions and the jobs' iteration
+logs come from the run. leveller.experiments.chaos.check turns them into recovery times
 and stale-mark violations. Afterwards the cluster is torn down and checked for
 leftovers: namespaces, processes naming the run's directories (OVS, SDN app,
 controller, agents, job workers), the directories under /run/leveller, and BPF
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.chaos_check import (
+from leveller.experiments.chaos.check import (
     HA_TARGETS,
     Fault,
     Struck,
@@ -44,12 +44,12 @@ from leveller.demo.chaos_check import (
     stale_marks,
     takeover,
 )
-from leveller.demo.chaos_ha import HA_TTL_S, HaSet, decision_times, ha_controllers
-from leveller.demo.cluster import PIDS_FILE, DemoCluster, record_pid
-from leveller.demo.live import LiveSettings, RunOutput, run_policy
-from leveller.demo.procstat import cmdline
-from leveller.demo.scenario import LEVELS, RECEIVER, plan
-from leveller.demo.soak import leftovers, role_of
+from leveller.experiments.chaos.ha import HA_TTL_S, HaSet, decision_times, ha_controllers
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import PIDS_FILE, DemoCluster, record_pid
+from leveller.experiments.shared.policy_run import LiveSettings, RunOutput, run_policy
+from leveller.experiments.shared.procstat import cmdline, leftovers, role_of
+from leveller.experiments.shared.star import LEVELS, RECEIVER
 from leveller.procs import pid_alive, stop_pid
 
 EXAMPLE, POLICY = "pair", "leveller"
@@ -230,7 +230,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
               plot: Path | None = None) -> dict[str, Any]:
     """Baseline run (unless ``baseline`` is False), then the chaos run; returns the report (and draws
     the run into ``plot``, a PNG, if given)."""
-    from leveller.demo.wire import DscpSegments
+    from leveller.experiments.chaos.wire import DscpSegments
 
     jobs = plan(EXAMPLE)
     hosts = sorted({j.sender for j in jobs} | {RECEIVER})
@@ -322,7 +322,7 @@ def run_chaos(duration_s: float, schedule: str, name: str = "chaos", baseline: b
                                               for r in epoch_regressions(epochs)]}
     report["verdict"] = verdict(report)
     if plot is not None:
-        from leveller.demo.chaos_plot import plot_chaos
+        from leveller.experiments.chaos.plot import plot_chaos
 
         plot_chaos(plot, out, base, ideal, driver.struck, faults_out, segments, decisions)
         report["plot"] = str(plot)

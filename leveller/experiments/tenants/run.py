@@ -1,12 +1,12 @@
 """Runs of the tenants experiment on the live cluster, through the demo's orchestration.
 
-One *repeat* = one placement of N tenants: a fresh cluster (leveller.demo.DemoCluster on the
+One *repeat* = one placement of N tenants: a fresh cluster (leveller.experiments.shared.cluster.DemoCluster on the
 leaf-spine), every job profiled alone in place (its ideal iteration time), then one run per
-policy with the whole live system (leveller.demo.live.run_policy; under ``leveller`` the agents
+policy with the whole live system (leveller.experiments.shared.policy_run.run_policy; under ``leveller`` the agents
 also apply the overlap rule), then the cluster comes down. With ``lock`` the repeat holds an
 ``flock`` on that file from start to end, so other users of a shared machine interleave between
 repeats. Progress goes to two callbacks; Ctrl-C / SIGTERM unwind the with-blocks (the caller
-wraps the run in leveller.demo.interrupts.unwind_on_signals), which tears everything down.
+wraps the run in leveller.experiments.shared.interrupts.unwind_on_signals), which tears everything down.
 """
 
 from __future__ import annotations
@@ -23,14 +23,23 @@ from typing import Any
 
 from leveller.core.switching import PAPER
 from leveller.core.topology import Topology
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, profile_alone, run_policy
-from leveller.demo.measure import top_job_changes
-from leveller.demo.switching import DEFAULT_MODE, MODES, LiveSwitching
-from leveller.demo.tcpstats import difference, read_counters
-from leveller.demo.tenants import LINK_MBPS, PolicyRun, Repeat, Tenant, draw_tenants, dumbbell, fig9_tenants, leafspine
-from leveller.demo.tenants_model import model_rates
 from leveller.errors import UserError
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.measure import top_job_changes
+from leveller.experiments.shared.policy_run import LiveSettings, profile_alone, run_policy
+from leveller.experiments.shared.switching import DEFAULT_MODE, MODES, LiveSwitching
+from leveller.experiments.shared.tcpstats import difference, read_counters
+from leveller.experiments.tenants.model import model_rates
+from leveller.experiments.tenants.plan import (
+    LINK_MBPS,
+    PolicyRun,
+    Repeat,
+    Tenant,
+    draw_tenants,
+    dumbbell,
+    fig9_tenants,
+    leafspine,
+)
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]
@@ -150,8 +159,8 @@ MIN_DURATION_S, MAX_DURATION_S = 10.0, 3600.0  # of every policy run
 def check_options(args: Any) -> tuple[list[int], list[str]]:
     """`leveller experiment tenants`' options (``args``), every one checked before anything starts: (tenant
     counts, policies); UserError names the flag, the value and what is allowed."""
-    from leveller.demo.options import check_live, check_ranges, int_list, policy_list
-    from leveller.demo.tenants import FIG9_POLICIES, LINK_MBPS, check_tenants, leafspine
+    from leveller.experiments.shared.options import check_live, check_ranges, int_list, policy_list
+    from leveller.experiments.tenants.plan import FIG9_POLICIES, LINK_MBPS, check_tenants, leafspine
     from leveller.model.limits import POLICIES
     from leveller.testbed.state import check_name
 

@@ -1,9 +1,9 @@
-"""What the demo runs: the paper's examples as emulated jobs on a one-switch testbed. Pure.
+"""What the demo runs: the paper's examples as emulated jobs on the one-switch star. Pure.
 
-Topology: senders h1, h2, h3 and receiver h4 on switch s1, every link LINK_MBPS,
-two strict-priority levels. Every job has two workers (push pattern): rank 0 on
-h4 receives, rank 1 on its own sender host sends, so all jobs meet on the switch
-port towards h4 and nowhere else (each sender host carries one job).
+Topology: leveller.experiments.shared.star (senders h1, h2, h3 and receiver h4 on
+switch s1). Every job has two workers (push pattern): rank 0 on h4 receives, rank 1
+on its own sender host sends, so all jobs meet on the switch port towards h4 and
+nowhere else (each sender host carries one job).
 One model time unit is ``unit_s`` seconds: a job C:M computes C units and sends
 M units' worth of bytes at the link rate per iteration.
 """
@@ -11,15 +11,12 @@ M units' worth of bytes at the link rate per iteration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from leveller.errors import UserError
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.shared.star import RECEIVER, SENDERS
 from leveller.model.shape import JobShape
 
-LINK_MBPS = 100.0
-LEVELS = 2
-RECEIVER = "h4"
-SENDERS = ("h1", "h2", "h3")
 BASE_PORT = 21000  # below the ephemeral range, so a flow's port names its job unambiguously
 PORT_STRIDE = 10
 
@@ -32,38 +29,6 @@ SHAPES: dict[str, tuple[tuple[int, int], ...]] = {  # example -> (C, M) per job,
     "pair": ((1, 1), (1, 2)),
     "trio": ((1, 2), (1, 2), (2, 1)),
 }
-
-
-def topology_dict() -> dict[str, Any]:
-    """The demo's star: h1..h4 on s1 (input for leveller.core.topology.topology_from_dict)."""
-    hosts = [*SENDERS, RECEIVER]
-    return {"switches": [{"name": "s1"}], "hosts": [{"name": h} for h in hosts],
-            "links": [{"a": h, "b": "s1", "rate_mbps": LINK_MBPS} for h in hosts], "levels": LEVELS}
-
-
-@dataclass(frozen=True)
-class LiveJob:
-    """One emulated job on the live cluster: a worker per host of ``hosts`` (rank order), each
-    iteration of the model's ``shape`` (leveller.model.shape: compute and communication seconds at
-    ``rate_mbps``, GPUs for Crux's intensity, slack for the overlap); worker i listens on ``port + i``."""
-
-    name: str
-    hosts: tuple[str, ...]
-    shape: JobShape[float]
-    port: int
-    pattern: str = "push"
-    rate_mbps: float = LINK_MBPS
-
-    @property
-    def ports(self) -> str:
-        """``JOB=LOW-HIGH`` for the agent's --job-ports."""
-        return f"{self.name}={self.port}-{self.port + len(self.hosts) - 1}"
-
-    @property
-    def shape_arg(self) -> str:
-        """``JOB=C:M:G:S`` for the controller's --job-shape (the shape's wire form)."""
-        s = self.shape
-        return f"{self.name}={float(s.compute)!r}:{float(s.comm)!r}:{s.gpus}:{float(s.slack)!r}"
 
 
 @dataclass(frozen=True)

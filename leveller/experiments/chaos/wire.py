@@ -7,7 +7,7 @@ one DSCP and no pause longer than SILENCE_S, from the first packet's kernel
 time stamp to the last one's (so a segment never spans a time without packets). Every
 mark a sender's datapath wrote shows up here, and so does every packet that
 went out unmarked, which is what the chaos experiment's stale-mark check needs
-(leveller.demo.chaos_check): a DSCP change alone would hide a mark that carries
+(leveller.experiments.chaos.check): a DSCP change alone would hide a mark that carries
 on after a silence.
 """
 
@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from leveller.demo.chaos_check import Segment
+from leveller.experiments.chaos.check import Segment
 from leveller.testbed.capture import ETH_P_IP, SO_TIMESTAMPNS, frames, kernel_stamp
 
 IPPROTO_TCP = 6

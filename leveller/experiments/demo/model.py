@@ -7,8 +7,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.scenario import PAPER
 from leveller.errors import UserError
+from leveller.experiments.demo.scenario import PAPER
 
 # example -> the runs of the model: the paper's policies, and for the pair leveller re-ranking every 4 units
 MODEL_RUNS = {"pair": (*PAPER["pair"], "leveller-tau4"), "trio": tuple(PAPER["trio"])}

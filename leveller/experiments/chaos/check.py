@@ -3,7 +3,7 @@
 A schedule is ``TARGET@AT+DOWN,...``: kill TARGET (SIGKILL) AT seconds after the
 jobs started, start it again DOWN seconds later. Targets: ``ovs`` (ovs-vswitchd),
 ``sdn`` (the SDN app), ``controller``, ``agent`` (the agent of the first job's
-sender) or ``agent:HOST``; and with controllers on etcd (leveller.demo.chaos_ha):
+sender) or ``agent:HOST``; and with controllers on etcd (leveller.experiments.chaos.ha):
 ``leader`` (the elected controller), ``etcd`` (one member of three) and
 ``partition`` (the leader cut from etcd, not from the agents, for DOWN seconds).
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from leveller.errors import UserError
 
-HA_TARGETS = ("leader", "etcd", "partition")  # controllers on etcd (leveller.demo.chaos_ha)
+HA_TARGETS = ("leader", "etcd", "partition")  # controllers on etcd (leveller.experiments.chaos.ha)
 TARGETS = ("ovs", "sdn", "controller", "agent", *HA_TARGETS)
 DEFAULT_SCHEDULE = "ovs@12+3,sdn@30+3,controller@48+4,agent@66+4"  # 4 s: twice the lease
 MARGIN_S = 0.3  # capture stamps vs decision log lines: queueing on the way, log after the step

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from leveller.core.switching import PAPER, SwitchRule
 from leveller.core.topology import Topology
-from leveller.demo.scenario import LiveJob
+from leveller.experiments.shared.jobs import LiveJob
 from leveller.model.job import JobSpec
 
 

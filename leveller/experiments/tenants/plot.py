@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.tenants import PolicyRun, mean_sd
+from leveller.experiments.tenants.plan import PolicyRun, mean_sd
 
 COLORS = {"fair": "#7f7f7f", "crux": "#d62728", "cassini": "#2ca02c", "leveller": "#1f77b4"}
 

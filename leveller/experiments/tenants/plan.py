@@ -1,7 +1,7 @@
 """The paper's testbed experiments on the emulated cluster: 2-4 tenants on a leaf-spine (Figure 10)
 and three jobs on one bottleneck with 2 levels (Figure 9). Pure parts here: the job catalog scaled
 to the emulated links, the random placement, the runs plan and the summaries; the runs themselves
-go through leveller.demo (DemoCluster, profile_alone, run_policy).
+go through leveller.experiments (DemoCluster, profile_alone, run_policy).
 
 **Jobs.** The catalog of the network simulator (leveller.sim.network.catalog_data, derived from
 real H200 profiles): per model the compute time of one iteration, the bytes of its gradient
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from leveller.core.topology import Topology, preset
-from leveller.demo.scenario import LiveJob
 from leveller.errors import UserError
+from leveller.experiments.shared.jobs import LiveJob
 from leveller.model.shape import JobShape
 
 FIG9_POLICIES = ("crux", "cassini", "leveller")
@@ -232,8 +232,8 @@ class PolicyRun:
     window_s: float
     switches: int = 0  # re-rankings that changed the controller's first job
     plans: int = 0  # CASSINI plans the controller made (policy cassini)
-    tcp: dict[str, int] = field(default_factory=dict)  # retransmitted segments and timeouts (leveller.demo.tcpstats)
-    model: dict[str, float] = field(default_factory=dict)  # R per job in the fluid model (demo.tenants_model)
+    tcp: dict[str, int] = field(default_factory=dict)  # retransmissions and timeouts (shared.tcpstats)
+    model: dict[str, float] = field(default_factory=dict)  # R per job in the fluid model (tenants.model)
 
     @property
     def model_min(self) -> float | None:

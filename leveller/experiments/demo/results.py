@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leveller.demo.scenario import PAPER
+from leveller.experiments.demo.scenario import PAPER
 from leveller.model.limits import PAPER_POLICIES as POLICIES
 
 # The acceptance figures for `leveller demo --json` on the 2-core machine.

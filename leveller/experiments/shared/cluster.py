@@ -17,7 +17,7 @@ from pathlib import Path
 
 from leveller.core.qos import DEFAULT_FLOOR, check_floor
 from leveller.core.topology import Topology, topology_from_dict
-from leveller.demo.scenario import topology_dict
+from leveller.experiments.shared.star import topology_dict
 from leveller.locking import exclusive
 from leveller.procs import stop_pid
 from leveller.testbed.cluster import Testbed

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from leveller.demo.procstat import ProcSample
+from leveller.experiments.shared.procstat import ProcSample
 
 WARMUP_SHARE = 0.1
 WARMUP_MAX_S = 60.0

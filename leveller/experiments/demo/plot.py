@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.measure import rate_series
-from leveller.demo.scenario import PAPER
+from leveller.experiments.demo.scenario import PAPER
+from leveller.experiments.shared.measure import rate_series
 
 DETAIL_S = 12.0  # seconds shown in the priority/iteration panel
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.model_run import EXAMPLES
-from leveller.demo.results import acceptance, table_rows
-from leveller.demo.scenario import PAPER, SHAPES
+from leveller.experiments.demo.model import EXAMPLES
+from leveller.experiments.demo.results import acceptance, table_rows
+from leveller.experiments.demo.scenario import PAPER, SHAPES
 
 
 def model_output(results: dict[str, dict[str, Any]], pictures: list[str]) -> list[Any]:

@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from leveller.bench.recovery import Disturbance, RateMode, RecoveryFigures, recovery_figures
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, RunOutput, profile_alone, run_policy
-from leveller.demo.options import check_ranges
-from leveller.demo.scenario import LINK_MBPS, plan
 from leveller.errors import UserError
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.options import check_ranges
+from leveller.experiments.shared.policy_run import LiveSettings, RunOutput, profile_alone, run_policy
+from leveller.experiments.shared.star import LINK_MBPS
 from leveller.procs import run, stop_process
 
 FLOOD_PORT = 5299

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.tenants import (
+from leveller.experiments.tenants.plan import (
     MAX_S,
     MIN_S,
     PAPER_FIG9,
@@ -74,7 +74,7 @@ def scaling_table(opts: Any) -> Any:
 
 
 def _switching(opts: Any) -> dict[str, Any]:
-    from leveller.demo.switching import MODES
+    from leveller.experiments.shared.switching import MODES
 
     return MODES[opts.switching].to_dict()
 
@@ -102,7 +102,7 @@ def tenants_details(opts: Any, repeats: Sequence[Repeat]) -> tuple[dict[str, Any
 
 def plot_tenants(opts: Any, out: Path, doc: dict[str, Any], repeats: Sequence[Repeat]) -> None:
     """tenants.png (Figure 10) and tenants-model.png (live against the fluid model) in ``out``."""
-    from leveller.demo.tenants_plot import plot_fig10, plot_live_vs_model
+    from leveller.experiments.tenants.plot import plot_fig10, plot_live_vs_model
 
     plot_fig10(out / "tenants.png", doc, f"leaf-spine, {opts.repeats} repeat(s), {opts.duration:g} s per run, "
                                           f"K={opts.levels}; mean over repeats, bars: 1 sd")
@@ -166,8 +166,8 @@ def fig9_doc(opts: Any, rep: Repeat) -> dict[str, Any]:
 
 def plot_fig9(opts: Any, out: Path, rep: Repeat) -> None:
     """fig9.png and fig9-model.png (live against the fluid model) in ``out``."""
-    from leveller.demo.tenants_plot import plot_fig9 as plot
-    from leveller.demo.tenants_plot import plot_live_vs_model
+    from leveller.experiments.tenants.plot import plot_fig9 as plot
+    from leveller.experiments.tenants.plot import plot_live_vs_model
 
     plot(out / "fig9.png", rep.runs, {t.name: t.model.model for t in rep.jobs},
          f"three 2-host jobs on one {opts.link_mbps:g} Mbit/s bottleneck, K=2, {opts.duration:g} s")

@@ -3,7 +3,7 @@ the kernel in the job hosts' network namespaces (`nstat`: TcpRetransSegs, TcpExt
 
 Strict priority starves a demoted TCP flow; when it waits longer than its retransmission timeout
 the kernel counts a timeout and sends its window again. These counters say how often that happened
-in a run, next to how often the top job changed (leveller.demo.measure.top_job_changes).
+in a run, next to how often the top job changed (leveller.experiments.shared.measure.top_job_changes).
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, profile_alone, run_policy
-from leveller.demo.measure import top_job_changes
-from leveller.demo.results import RunResult
-from leveller.demo.scenario import plan
+from leveller.experiments.demo.results import RunResult
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.measure import top_job_changes
+from leveller.experiments.shared.policy_run import LiveSettings, profile_alone, run_policy
 from leveller.model.limits import PAPER_POLICIES as POLICIES
 
 Step = Callable[[str, float], None]  # (what is running, fraction of that step done)
@@ -53,7 +53,7 @@ def run_demo(examples: Sequence[str] = ("pair", "trio"), policies: Sequence[str]
                             [ideal[j.name] for j in jobs], out.t_end - out.t_start,
                             switches=top_job_changes(out.decisions))
             if out_dir is not None:
-                from leveller.demo.plots import plot_run
+                from leveller.experiments.demo.plot import plot_run
 
                 path = Path(out_dir) / f"{ex}-{pol}-timeline.png"
                 plot_run(path, run, out, ideal)

@@ -1,11 +1,11 @@
 """Soak: the demo's live system for a long run, with memory and open files of every service sampled.
 
-The demo's orchestration runs unchanged (leveller.demo.cluster + leveller.demo.live):
+The demo's orchestration runs unchanged (leveller.experiments.shared.cluster + leveller.experiments.shared.policy_run):
 a one-switch testbed with OVS driven by the SDN app, a controller, an agent per
 host with its eBPF marker, and the paper's trio of emulated jobs (C:M = 1:2, 1:2,
 2:1) under `leveller`, re-ranked at every iteration end, for the whole duration.
 While the jobs run, every ``interval_s`` the controller, each agent and the SDN
-app are read from /proc (RSS, open fds, CPU time); leveller.demo.soak_report
+app are read from /proc (RSS, open fds, CPU time); leveller.experiments.soak.report
 turns the samples into growth figures and a verdict. Everything is torn down at
 the end, also on error or Ctrl-C, and the report says whether anything of the
 run was left (namespaces, processes naming its directories, the directories).
@@ -14,18 +14,18 @@ run was left (namespaces, processes naming its directories, the directories).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.cluster import PIDS_FILE, DemoCluster
-from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.procstat import ProcSample, cmdline, read_proc
-from leveller.demo.scenario import LEVELS, plan
-from leveller.demo.soak_report import process_growth, run_verdict
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import PIDS_FILE, DemoCluster
+from leveller.experiments.shared.policy_run import LiveSettings, run_policy
+from leveller.experiments.shared.procstat import ProcSample, cmdline, leftovers, read_proc, role_of
+from leveller.experiments.shared.star import LEVELS
+from leveller.experiments.soak.report import process_growth, run_verdict
 
 EXAMPLE, POLICY = "trio", "leveller"
 Progress = Callable[[float], None]
@@ -34,18 +34,6 @@ Note = Callable[[str], None]
 
 def _quiet(_: Any) -> None:
     return None
-
-
-def role_of(argv: list[str]) -> str | None:
-    """'controller', 'agent-<host>' or 'sdn' for a `leveller` service's command line, else None."""
-    if "leveller.cli" not in argv:
-        return None
-    rest = argv[argv.index("leveller.cli") + 1:]
-    if not rest:
-        return None
-    if rest[0] == "agent" and "--host" in rest[:-1]:
-        return f"agent-{rest[rest.index('--host') + 1]}"
-    return rest[0] if rest[0] in ("controller", "sdn") else None
 
 
 @dataclass
@@ -86,21 +74,6 @@ class Sampler:
                 self.series[role].append(sample)
         self.t_first = now if self.t_first is None else self.t_first
         self.t_last = now
-
-
-def leftovers(name: str, markers: list[Path]) -> dict[str, list[str]]:
-    """What a torn-down run left: its namespaces, processes whose command line names one of
-    ``markers`` (the run's directories: OVS, SDN app, controller, agents, job workers), the directories."""
-    from pyroute2 import netns
-
-    namespaces = sorted(ns for ns in netns.listnetns() if ns.startswith(f"lvtb-{name}-"))
-    procs = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            line = " ".join(cmdline(int(entry.name)))
-            if any(str(m) in line for m in markers) and read_proc(int(entry.name), 0.0) is not None:
-                procs.append(f"{entry.name}: {line.strip()[:160]}")
-    return {"namespaces": namespaces, "processes": procs, "files": [str(m) for m in markers if m.exists()]}
 
 
 def run_soak(duration_s: float, interval_s: float = 5.0, name: str = "soak", run_dir: Path | None = None,

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.chaos_check import Segment, Struck
-from leveller.demo.measure import rate_series
+from leveller.experiments.chaos.check import Segment, Struck
+from leveller.experiments.shared.measure import rate_series
 
 
 def plot_chaos(path: Path, chaos: Any, base: Any | None, ideal: Mapping[str, float], struck: Sequence[Struck],

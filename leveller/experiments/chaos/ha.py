@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings
-from leveller.demo.scenario import LiveJob
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.shared.policy_run import LiveSettings
 
 CLIENT_PORT, PEER_PORT = 2379, 2380  # member j: CLIENT_PORT + 10 j (the namespace is ours: no clash)
 PREFIX = "/leveller/"
@@ -236,9 +236,9 @@ HA_TTL_S = 1  # the leader's etcd lease: at most half the demo's 2 s agent lease
 
 @dataclass
 class HaSet:
-    """One run's controllers on etcd: ``c0`` is the run's own controller (leveller.demo.live.run_policy,
-    given :meth:`controller_args` and ``ports[0]``), ``c1`` a standby started here; ``outs`` their
-    output files (decision lines)."""
+    """One run's controllers on etcd: ``c0`` is the run's own controller
+    (leveller.experiments.shared.policy_run.run_policy, given :meth:`controller_args` and ``ports[0]``),
+    ``c1`` a standby started here; ``outs`` their output files (decision lines)."""
 
     etcd: EtcdNetns
     ports: list[int]
@@ -277,7 +277,7 @@ def decision_times(lines: Sequence[str]) -> list[float]:
 
 
 def controller_argv(cluster: DemoCluster, settings: LiveSettings, jobs: Sequence[LiveJob], port: int) -> list[str]:
-    """A controller's command line as leveller.demo.live.run_policy writes it, on ``port``."""
+    """A controller's command line as leveller.experiments.shared.policy_run.run_policy writes it, on ``port``."""
     argv = [sys.executable, "-m", "leveller.cli", "controller", "--listen", f"127.0.0.1:{port}",
             "--secret-file", str(cluster.work_dir / "secret"), "--policy", "leveller", "--levels",
             str(settings.levels), "--tau", str(settings.tau_s), "--lease", str(settings.lease_s), "--stale-after",
@@ -292,7 +292,7 @@ def controller_argv(cluster: DemoCluster, settings: LiveSettings, jobs: Sequence
 def ha_controllers(cluster: DemoCluster, tag: str, settings: LiveSettings, jobs: Sequence[LiveJob]) -> Iterator[HaSet]:
     """Three etcd members (fresh for the run: no state of another run) and the standby ``c1``; c0 is
     run_policy's controller, started with :meth:`HaSet.controller_args` (0)."""
-    from leveller.demo.live import _process, free_port, run_work
+    from leveller.experiments.shared.policy_run import _process, free_port, run_work
 
     work, _secret = run_work(cluster, tag)  # c1 reads the secret file run_policy's controller reads
     with EtcdNetns(work / "etcd") as etcd:
