@@ -298,6 +298,8 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     p.add_argument("--deadline", type=float)
     p.add_argument("--connect-timeout", type=float, default=30.0)
     p.add_argument("--log", help="append iteration lines to this file too")
+    p.add_argument("--agent-sock", help="register with the host agent at this socket (default: "
+                   "$LEVELLER_AGENT_SOCK, else /run/leveller/agent.sock if it exists)")
     p.add_argument("--pace", type=float, help="kernel pacing rate of sending sockets, bits/s")
     p.add_argument("--window", type=int, help="clamp every connection's TCP window to this many bytes")
     p.add_argument("--slack", type=float, default=0.0, help="start the exchange this long before compute ends")
@@ -310,6 +312,8 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
                        a.connect_timeout, a.pace, a.window, a.slack, a.wait, a.shift_file,
                        tuple((float(at), float(c)) for at, _, c in (x.partition(":") for x in a.compute_change)))
+    if a.agent_sock:
+        os.environ["LEVELLER_AGENT_SOCK"] = a.agent_sock
     return cfg, a.log
 
 
