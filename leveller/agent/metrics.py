@@ -24,9 +24,18 @@ class AgentMetrics:
         r = self.registry
         self.reports = PromCounter("leveller_agent_reports", "reports sent, by outcome (ok, failed, stale: "
                                    "answered with a decision older than the lease)", ["outcome"], registry=r)
-        self.rejected = PromCounter("leveller_agent_rejected", "log lines or jobs skipped because the controller "
-                                    "would refuse them, by field (job, iter, t, jobs, line, flows)", ["field"],
+        self.rejected = PromCounter("leveller_agent_rejected", "what the agent refused or skipped, by field (job, "
+                                    "iter, t, jobs, line, flows, log: lines or jobs the controller would refuse, "
+                                    "reason \"invalid\"; registration: a client of the registration socket, by "
+                                    "reason: silent, garbage, rate, connections, jobs, registrations, name_taken, "
+                                    "foreign_cgroup, root_cgroup, cgroup_taken, log, flood)", ["field", "reason"],
                                     registry=r)
+        self.jobs_ended = PromCounter("leveller_agent_jobs_ended", "registered or discovered jobs (one per rank "
+                                      "registration) that left, by why (empty: their cgroup has no process left; "
+                                      "lease; end: they said so; closed: their connection closed; gone: their "
+                                      "scheduler no longer runs them)", ["why"], registry=r)
+        self.registered = Gauge("leveller_agent_registered_jobs", "registrations in the agent's job table",
+                                registry=r)
         self.lease_expiries = PromCounter("leveller_agent_lease_expiries", "times every mark was removed because "
                                           "no fresh decision arrived within the lease", registry=r)
         self.controller = Gauge("leveller_agent_controller", "1 for the controller the agent reports to (its "
@@ -57,6 +66,7 @@ class Rejections:
                  clock: Callable[[], float] = time.monotonic, log: logging.Logger = LOG) -> None:
         self.metrics, self.every_s, self.clock, self.log = metrics, every_s, clock, log
         self.counts: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()  # by reason, for what has one (registrations)
         self._logged_at: dict[str, float] = {}
         self._since_log: Counter[str] = Counter()
 
@@ -64,11 +74,13 @@ class Rejections:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def __call__(self, field: str, message: str, count: int = 1) -> None:
+    def __call__(self, field: str, message: str, count: int = 1, reason: str = "invalid") -> None:
         self.counts[field] += count
+        if reason != "invalid":
+            self.reasons[reason] += count
         self._since_log[field] += count
         if self.metrics is not None:
-            self.metrics.rejected.labels(field).inc(count)
+            self.metrics.rejected.labels(field, reason).inc(count)
         now = self.clock()
         last = self._logged_at.get(field)
         if last is None or now - last >= self.every_s:

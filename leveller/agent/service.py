@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from leveller.agent.demotion import DEFAULT_QUIET_S, FlowActivity, PhaseDemotion, Plan
 from leveller.agent.fencing import EpochFence
@@ -93,6 +93,14 @@ class PeerSink(Protocol):
     def update(self, peers: Iterable[str]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class JobSource(Protocol):
+    """Jobs that registered or were found by a scheduler (leveller.agent.jobtable.JobTable)."""
+
+    def sweep(self) -> object: ...
+
+    def logs(self) -> Sequence[tuple[Any, RateTracker]]: ...
 
 
 class NoFlows:
@@ -158,6 +166,7 @@ class Agent:
     activity: FlowActivity[FlowKey] | None = None  # byte counters over time: idle flows (made with demotion)
     in_force: dict[FlowKey, int] = field(default_factory=dict)  # with demotion: the level in force per flow
     rto_routes: PeerSink | None = None  # told the job peers of every report (None: routes left alone)
+    jobs: JobSource | None = None  # jobs that came by themselves (leveller.agent.jobtable.JobTable)
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
@@ -190,7 +199,7 @@ class Agent:
         is caught up: a backlog being worked off is not news worth an extra report)."""
         advanced = False
         ended: set[str] = set()  # jobs that finished an iteration: their communication phase is over
-        for tailer, tracker in self.logs:
+        for tailer, tracker in self._all_logs():
             lines = tailer.poll()
             restarts = getattr(tailer, "restarts", 0)
             if restarts != self._restarts.get(id(tailer), 0):  # truncated or replaced: a job may have restarted
@@ -214,6 +223,13 @@ class Agent:
             with self._lock:
                 self._rewrite(ended)
         return advanced
+
+    def _all_logs(self) -> Sequence[tuple[Any, RateTracker]]:
+        """The --log pairs, then those of the jobs that came by themselves (ended ones swept first)."""
+        if self.jobs is None:
+            return self.logs
+        self.jobs.sweep()
+        return [*self.logs, *self.jobs.logs()]
 
     def poll_demotions(self) -> bool:
         """While demotions wait: read the flows' byte counters and apply the demotions whose flows went
@@ -306,7 +322,7 @@ class Agent:
 
     def build(self, now: float) -> Report:
         self.poll_logs(now)
-        progress = merge_progress(tracker.jobs for _, tracker in self.logs)
+        progress = merge_progress(tracker.jobs for _, tracker in self._all_logs())
         flows = self.flows.read_flows()
         if self.activity is not None:  # every report's counters are a reading for the idle test
             counters = {k: s.bytes for k, s in flows.items()}

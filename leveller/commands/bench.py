@@ -6,6 +6,7 @@
   leveller bench fuzz-marker  scapy-built frames through the eBPF marker, every invariant checked
   leveller bench network-sim  network simulator events per second at several fabric sizes
   leveller bench controller   decision time, 1,000 agents, map updates at cluster scale
+  leveller bench registrations  registrations per second of the agent's registration socket
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "network-sim": ("leveller.commands.bench_network",
                     "network simulator: events per second at 128 / 1,024 / 4,096 GPUs"),
     "controller": ("leveller.commands.bench_controller", "controller and enforcement at cluster scale"),
+    "registrations": ("leveller.commands.bench_registrations",
+                      "registrations per second the agent's registration socket sustains"),
 }
 
 
