@@ -13,6 +13,7 @@ PACKAGES=(
   etcd-server etcd-client  # controllers on etcd (--etcd); tests start their own members on loopback
   systemd                  # systemd-analyze verify checks deploy/systemd (no systemd init needed)
   util-linux               # setpriv: a test starts the agent with only its unit's capabilities
+  python3-seccomp          # a test applies the units' SystemCallFilter (seccomp) to the agent and the SDN app
   gcc make binutils        # the RDMA shim (make -C shim), also built from the sdist in a test (nm checks it)
   slurmctld slurmd slurm-client munge   # a real Slurm for the job-discovery tests (started by the tests)
   podman buildah crun uidmap debootstrap # the agent's container image, built from Debian's packages

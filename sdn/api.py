@@ -19,6 +19,9 @@ POST /links                  body {"flows": [[src, dst, sport, dport, proto], ..
                              asks this for all its new flows in one request)
 GET  /flows                  {"flows": [path, ...]} every flow with installed rules
 GET  /hosts/<name>/paths     {"host": name, "flows": [path, ...]} installed flows from or to the host
+GET  /metrics                Prometheus text: leveller_sdn_api_refused_total{reason} (requests and connections
+                             the server refused: unauthenticated, header_timeout, body_timeout, too_large,
+                             bad_request, evicted, busy) and leveller_sdn_api_connections
 GET  /queues                 {"queues": [{"switch", "dpid", "port", "port_name", "queue", "level",
                                "tx_bytes", "tx_packets", "tx_errors", "drops", "backlog_bytes",
                                "source", "age_s"}, ...]}  source "tc": the port's HTB classes
@@ -128,8 +131,9 @@ def read_body(environ: dict[str, Any], max_bytes: int) -> bytes:
 
 
 def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
-             max_body_bytes: int = MAX_BODY_BYTES) -> Handler:
-    """WSGI app over `view`, which provides `logic` (PathController), `health()` and `queues()`.
+             max_body_bytes: int = MAX_BODY_BYTES, metrics: Callable[[], bytes] | None = None) -> Handler:
+    """WSGI app over `view`, which provides `logic` (PathController), `health()` and `queues()`;
+    ``metrics()`` gives GET /metrics (Prometheus text, the server's refusals: sdn.httpd.ApiStats).
 
     Work that grows with the request or with the installed flows (POST /paths, GET /flows,
     GET /hosts/*/paths) runs through ``offload(work)``: the SDN app passes eventlet's thread
@@ -152,6 +156,11 @@ def make_app(view: Any, offload: Callable[[Callable[[], Any]], Any] = _direct,
         try:
             if method == "GET" and path == "/health":
                 return reply(start, "200 OK", view.health())
+            if method == "GET" and path == "/metrics" and metrics is not None:
+                data = metrics()
+                start("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
+                                 ("Content-Length", str(len(data)))])
+                return [data]
             if method == "GET" and path == "/topology":
                 return reply(start, "200 OK", logic.topo.to_dict())
             if method == "GET" and path == "/levels":

@@ -173,12 +173,10 @@ class LevellerApp(app_manager.OSKenApp):
         from eventlet import tpool  # heavy requests run in OS threads; the API's event loop stays free
 
         limits = self.cfg.api_limits
-        app = api.make_app(self, tpool.execute, limits.max_body_bytes)
-        if self.cfg.api_token is not None:
-            from sdn.token import require_bearer
-
-            app = require_bearer(app, self.cfg.api_token)
-        httpd.serve(self.cfg.api_sock, app, limits)
+        stats = httpd.ApiStats()
+        app = api.make_app(self, tpool.execute, limits.max_body_bytes, metrics=stats.prometheus)
+        # the server checks the bearer token as soon as a request's headers are in, before its body is read
+        httpd.serve(self.cfg.api_sock, app, limits, token=self.cfg.api_token, stats=stats)
 
     # ---- views for the API -----------------------------------------------------------------
     def health(self) -> dict[str, Any]:

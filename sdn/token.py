@@ -2,7 +2,8 @@
 
 `leveller sdn --api HOST:PORT` binds 127.0.0.1 by default; bound to any other address it
 needs --api-token-file, and every request must then carry ``Authorization: Bearer TOKEN``
-(401 otherwise, nothing else answered). Clients: ``sdn.client.SdnClient(url, token=...)``,
+(401 otherwise, nothing else answered; the API server, sdn.httpd, checks it as soon as the headers are
+in, before any of the body is read). Clients: ``sdn.client.SdnClient(url, token=...)``,
 `leveller controller --sdn-token-file`.
 """
 
@@ -40,13 +41,17 @@ def load_token(path: str, option: str = "--api-token-file") -> bytes:
     return token
 
 
+def bearer_ok(given: str, token: bytes) -> bool:
+    """Whether an Authorization header value is ``Bearer <token>`` (a constant-time compare)."""
+    return hmac.compare_digest(given.encode("latin-1", errors="replace"), b"Bearer " + token)
+
+
 def require_bearer(app: Callable[..., Iterable[bytes]], token: bytes) -> Callable[..., Iterable[bytes]]:
-    """WSGI middleware: 401 unless the request carries ``Authorization: Bearer <token>``."""
-    expected = b"Bearer " + token
+    """WSGI middleware: 401 unless the request carries ``Authorization: Bearer <token>``. For WSGI servers
+    other than sdn.httpd, which checks the token itself as soon as the headers are in (before the body)."""
 
     def guarded(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
-        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", errors="replace")
-        if hmac.compare_digest(given, expected):
+        if bearer_ok(environ.get("HTTP_AUTHORIZATION", ""), token):
             return app(environ, start)
         body = json.dumps({"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"}).encode()
         start("401 Unauthorized", [("Content-Type", "application/json"), ("Content-Length", str(len(body))),

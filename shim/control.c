@@ -646,6 +646,7 @@ static void control_start(void)
 		return;
 	}
 	g_started_pid = getpid(); /* also after fork: the child starts its own */
+	shim_agent_register();    /* the job announces itself to the agent (agentreg.c) */
 	char why[300];
 	if (socket_path(g_path, sizeof(g_path), why, sizeof(why))) {
 		fprintf(stderr, "leveller-shim: no control socket: %s (traffic class control disabled)\n", why);

@@ -91,6 +91,8 @@ struct shim_qp; /* opaque outside registry.c */
 
 const char *shim_state_name(int state);
 const char *shim_job(void);
+/* agentreg.c: register the job with the host agent's socket (once per process; errors on stderr) */
+void shim_agent_register(void);
 int shim_job_tc(void);
 void shim_set_job_tc(int tc);
 

@@ -24,14 +24,18 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from leveller.agent import arrivals
 from leveller.agent.demotion import DEFAULT_QUIET_S, DEFAULT_WAIT_MAX_S
+from leveller.agent.jobtable import DEFAULT_MAX_ENTRIES
+from leveller.agent.regserver import DEFAULT_ITER_RATE, DEFAULT_RATE, HELLO_S
 from leveller.errors import UserError
 from leveller.jobs.logline import DEFAULT_PATTERN, check_job_name
 from leveller.model.flow import FlowKey
+from leveller.model.limits import MAX_JOBS
 
 if TYPE_CHECKING:
     from leveller.agent.metrics import Rejections
@@ -76,6 +80,14 @@ class AgentConfig:
     shift_dir: str | None = None
     json: bool = False
     trace_pushes: str | None = None
+    socket: str | None = None
+    slurm: bool = False
+    job_cgroup_root: str | None = None
+    max_jobs: int = MAX_JOBS
+    max_registrations: int = DEFAULT_MAX_ENTRIES
+    registrations_per_second: float = DEFAULT_RATE
+    iterations_per_second: float = DEFAULT_ITER_RATE
+    registration_timeout: float = HELLO_S
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace | Any) -> AgentConfig:
@@ -148,9 +160,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_WAIT_MAX_S:g}; the lease of the level it keeps bounds it too), "
                         "e.g. --demote-wait-max 0.5")
     parser.add_argument("--rto-min-ms", type=int, default=None, metavar="MS",
-                        help="give the routes toward the job peers (destinations of the job flows on --dev, in "
-                        "--netns) a TCP RTO minimum of MS milliseconds, 1..200, while the agent runs; put back "
-                        "when it exits or dies (default: routes left alone), e.g. --rto-min-ms 10")
+                        help="give each job peer (a destination of the job flows on --dev, in --netns) a host "
+                        "route with a TCP RTO minimum of MS milliseconds, 1..200 (protocol 76; no other route or "
+                        "destination changes), while the agent runs and the peer is reported, at most 4096; "
+                        "deleted when it exits or dies (default: routes left alone), e.g. --rto-min-ms 10")
     parser.add_argument("--shift-dir", metavar="DIR",
                         help="write CASSINI shift orders (controller --policy cassini) to DIR/JOB.shift for the "
                         "jobs to follow")
@@ -161,6 +174,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         "it came out of gRPC, was verified and decoded, and was applied (DSCP map written), to "
                         "see where a decision's milliseconds go (leveller bench levels uses it), "
                         "e.g. --trace-pushes /tmp/pushes.jsonl")
+    arrivals.add_options(parser)
 
 
 def step_line(r: StepResult, rejected: Rejections) -> dict[str, Any]:
@@ -254,7 +268,7 @@ def datapath(dev: str | None, netns: str | None, loader: str = "auto",
 
 @contextlib.contextmanager
 def rto_routes(args: AgentConfig) -> Iterator[Any]:
-    """The route keeper of --rto-min-ms (None without it), stopped (routes put back) on the way out."""
+    """The route keeper of --rto-min-ms (None without it), stopped (its host routes deleted) on the way out."""
     if args.rto_min_ms is None:
         yield None
         return
@@ -337,8 +351,10 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
     if not args.controller:
         raise UserError("--controller: give the controller's HOST:PORT (or `controller = \"HOST:PORT\"` in --config)")
     controllers = parse_addresses(args.controller)
-    if not args.log:
-        raise UserError("--log: give at least one job log to follow")
+    if not args.log and not arrivals.wanted(args):
+        raise UserError("--log: give at least one job log to follow (or --socket / --slurm for jobs that "
+                        "register or are found by themselves)")
+    arrivals.check(args)
     if not args.interval > 0:
         raise UserError(f"--interval {args.interval}: must be > 0 seconds")
     if not 0 <= args.poll < 60:
@@ -369,14 +385,14 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
         logs.append((LogTailer(path, from_start=args.from_start, edge_bytes=edges), tracker))
     classifier: JobClassifier = Classifier(tuple(parse_cgroup_rule(c) for c in args.job_cgroup),
                             tuple(parse_port_rule(p) for p in args.job_ports))
-    ideals = ideal_times(args.ideal_time)
+    ideals: Mapping[str, float] = ideal_times(args.ideal_time)
     shift_files = None
     if args.shift_dir:
         from leveller.agent.shifts import ShiftFiles
         shift_files = ShiftFiles(args.shift_dir)
     from leveller.options import parse_weights
 
-    weights = parse_weights(args.job_weight)
+    weights: Mapping[str, float] = parse_weights(args.job_weight)
     from leveller.rpc.tls import tls_from_args
 
     tls = tls_from_args(args)
@@ -397,11 +413,14 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
     try:
         with trace_file(args.trace_pushes) as trace, FailoverClient(controllers, secret, args.timeout, tls=tls) \
                 as client, datapath(args.dev, args.netns, args.loader, metrics) as (flows, enf), \
-                rto_routes(args) as routes:
+                rto_routes(args) as routes, \
+                arrivals.job_table(args, classifier, ideals, weights, rejected, metrics) as table:
+            if table is not None:  # the static rules first, then the jobs that came by themselves
+                classifier, ideals, weights = table, table.ideal_times, table.weights
             if args.rdma:
                 from leveller.agent.enforce_shim import add_shim
-                flows, enf, classifier = add_shim(flows, enf, classifier)
-            agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier,
+                flows, enf, classifier = add_shim(flows, enf, classifier, metrics=metrics)
+            agent = Agent(args.host, logs, client, enf, flows=flows, classifier=classifier, jobs=table,
                           ideal_times=ideals, weights=weights, metrics=metrics, rejected=rejected,
                           overlap=OverlapWindows() if args.overlap else None, shift_files=shift_files,
                           demotion=demotion[0] if demotion else None, activity=demotion[1] if demotion else None,

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from leveller.agent.demotion import DEFAULT_QUIET_S, FlowActivity, PhaseDemotion, Plan
 from leveller.agent.fencing import EpochFence
@@ -93,6 +93,14 @@ class PeerSink(Protocol):
     def update(self, peers: Iterable[str]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class JobSource(Protocol):
+    """Jobs that registered or were found by a scheduler (leveller.agent.jobtable.JobTable)."""
+
+    def sweep(self) -> object: ...
+
+    def logs(self) -> Sequence[tuple[Any, RateTracker]]: ...
 
 
 class NoFlows:
@@ -158,6 +166,7 @@ class Agent:
     activity: FlowActivity[FlowKey] | None = None  # byte counters over time: idle flows (made with demotion)
     in_force: dict[FlowKey, int] = field(default_factory=dict)  # with demotion: the level in force per flow
     rto_routes: PeerSink | None = None  # told the job peers of every report (None: routes left alone)
+    jobs: JobSource | None = None  # jobs that came by themselves (leveller.agent.jobtable.JobTable)
     # Push path (leveller.rpc.push.LevelsWatcher -> apply_pushed): the lock orders the two writers.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pushes: int = 0
@@ -190,7 +199,7 @@ class Agent:
         is caught up: a backlog being worked off is not news worth an extra report)."""
         advanced = False
         ended: set[str] = set()  # jobs that finished an iteration: their communication phase is over
-        for tailer, tracker in self.logs:
+        for tailer, tracker in self._all_logs():
             lines = tailer.poll()
             restarts = getattr(tailer, "restarts", 0)
             if restarts != self._restarts.get(id(tailer), 0):  # truncated or replaced: a job may have restarted
@@ -214,6 +223,13 @@ class Agent:
             with self._lock:
                 self._rewrite(ended)
         return advanced
+
+    def _all_logs(self) -> Sequence[tuple[Any, RateTracker]]:
+        """The --log pairs, then those of the jobs that came by themselves (ended ones swept first)."""
+        if self.jobs is None:
+            return self.logs
+        self.jobs.sweep()
+        return [*self.logs, *self.jobs.logs()]
 
     def poll_demotions(self) -> bool:
         """While demotions wait: read the flows' byte counters and apply the demotions whose flows went
@@ -306,7 +322,7 @@ class Agent:
 
     def build(self, now: float) -> Report:
         self.poll_logs(now)
-        progress = merge_progress(tracker.jobs for _, tracker in self.logs)
+        progress = merge_progress(tracker.jobs for _, tracker in self._all_logs())
         flows = self.flows.read_flows()
         if self.activity is not None:  # every report's counters are a reading for the idle test
             counters = {k: s.bytes for k, s in flows.items()}
@@ -341,7 +357,7 @@ class Agent:
                 stale, cleared, waiting = False, False, False
             else:
                 # the request left at `sent`: the decision is at least decision_age_s older than that
-                stale, cleared, waiting = self._take(reply, sent)
+                stale, cleared, waiting = self._take(reply, sent, reported=True)
             marks, mode = dict(self.marks), self.mode
             held = len(self.demotion.waiting) if self.demotion is not None else 0
         self.last_error = None
@@ -356,7 +372,7 @@ class Agent:
         with self._lock:
             if self._closed:
                 return
-            if not self.fence.admit(reply.leader_epoch):  # a deposed leader's decision: never applied
+            if not self.fence.admit(reply.leader_epoch, received):  # a deposed leader's decision: never applied
                 self._count("fenced")
                 return
             self._take(reply, received)
@@ -380,7 +396,7 @@ class Agent:
         if previous is not None:
             LOG.warning("now reporting to controller %s (%s stopped answering)", source, previous)
 
-    def _take(self, reply: LevelsReply, reference: float) -> tuple[bool, bool, bool]:
+    def _take(self, reply: LevelsReply, reference: float, reported: bool = False) -> tuple[bool, bool, bool]:
         """Apply ``reply`` if its decision is still within the lease, else drop every mark. ``reference``
         is a monotonic time not later than when the reply left the controller (a report: when the request
         left; a push, sent once the decision exists: its arrival, late by the network delay only).
@@ -390,9 +406,13 @@ class Agent:
         now = self.monotonic()
         decided = reference - reply.decision_age_s
         expired = self._expire_if_due()  # levels in hand whose lease ran out are cleared as such
-        if not self.fence.admit(reply.leader_epoch):  # a deposed leader's levels: the ones in hand stay
+        resets = self.fence.resets
+        # a deposed leader's levels: the ones in hand stay (unless etcd was restored: leveller.agent.fencing)
+        if not self.fence.admit(reply.leader_epoch, now, decided if reported else None, reply.lease_s):
             self._count("fenced")
             return False, expired, False
+        if self.fence.resets != resets and self.metrics is not None:
+            self.metrics.fence_resets.inc()
         if self._held_from != self._source and decided < self._source_since and self.lease.valid(now):
             return False, False, True
         valid_for = decided + reply.lease_s - now

@@ -2,7 +2,7 @@
 
 A job is starved for a while by an unmanaged flow (on a link only it uses);
 then everything runs as before. What we measure, from the jobs' iteration end
-times (simulated here, logged on the testbed by leveller.demo.recovery):
+times (simulated here, logged on the testbed by leveller.experiments.recovery.run):
 
 - steady min R: min over jobs of R over the steady stretch before the
   disturbance (from ``warmup`` to its start), the paper's R over that stretch;

@@ -7,7 +7,7 @@ Modules must not import heavy or privileged dependencies (bcc, os_ken,
 pyroute2, matplotlib) at module level: import them inside the handler, so
 ``leveller --help`` and pure commands work everywhere. A command module only parses
 and prints (at most 150 lines, tests/unit/test_cli_commands.py): what it runs lives
-below it (leveller.controller.app, leveller.agent.app, leveller.demo, leveller.sim,
+below it (leveller.controller.app, leveller.agent.app, leveller.experiments, leveller.sim,
 leveller.bench), and nothing there imports leveller.commands. A module named in a
 command table that is missing is an error, not a command left out.
 """

@@ -7,6 +7,7 @@
   leveller bench network-sim  network simulator events per second at several fabric sizes
   leveller bench controller   decision time, 1,000 agents, map updates at cluster scale
   leveller bench agent-start  agent start to its first marked packet, per eBPF loader (libbpf, bcc)
+  leveller bench registrations  registrations per second of the agent's registration socket
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "controller": ("leveller.commands.bench_controller", "controller and enforcement at cluster scale"),
     "agent-start": ("leveller.commands.bench_agent_start",
                     "agent start to its first marked packet, with each eBPF loader (libbpf, bcc)"),
+    "registrations": ("leveller.commands.bench_registrations",
+                      "registrations per second the agent's registration socket sustains"),
 }
 
 

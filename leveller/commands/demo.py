@@ -31,9 +31,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from leveller.demo.model_run import EXAMPLES, simulate
-from leveller.demo.scenario import PAPER
 from leveller.errors import UserError
+from leveller.experiments.demo.model import EXAMPLES, simulate
+from leveller.experiments.demo.scenario import PAPER
 from leveller.model.limits import PAPER_POLICIES as POLICIES
 
 
@@ -48,7 +48,7 @@ def run_model_only(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    from leveller.demo.report import model_output
+    from leveller.experiments.demo.report import model_output
 
     console = Console()
     for renderable in model_output(results, pictures):
@@ -67,8 +67,8 @@ def _names(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.model_only:
         return run_model_only(args)
-    from leveller.demo.live import LiveSettings
-    from leveller.demo.scenario import check_settings
+    from leveller.experiments.demo.scenario import check_settings
+    from leveller.experiments.shared.policy_run import LiveSettings
 
     examples = _names(args.examples, tuple(EXAMPLES), "--examples")
     policies = _names(args.policies, POLICIES, "--policies")
@@ -83,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
     model, _ = simulate(args.cycles, None)
     model_rates = {ex: {k: [float(r) for r in res.rates] for k, res in runs.items() if k in POLICIES}
                    for ex, runs in model.items()}
-    from leveller.demo.interrupts import unwind_on_signals
+    from leveller.experiments.shared.interrupts import unwind_on_signals
 
     with unwind_on_signals():  # SIGTERM / Ctrl-C unwind the context managers: everything is torn down
         runs, ideal = _run_with_progress(examples, policies, settings, out if args.plots else None, args.name)
-    from leveller.demo.results import json_doc
+    from leveller.experiments.demo.results import json_doc
 
     doc = json_doc(runs, model_rates, {"unit_s": settings.unit_s, "seconds_per_run": settings.seconds,
                                        "tau_s": settings.tau_s, "levels": 2, "link_mbps": 100,
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,
                        name: str) -> tuple[list[Any], dict[str, float]]:
     from leveller.commands.progress import Bar
-    from leveller.demo.orchestrate import run_demo, total_seconds
+    from leveller.experiments.demo.orchestrate import run_demo, total_seconds
 
     with Bar(["{task.description:<28}", "bar", "elapsed", "remaining"], total_seconds(examples, policies, settings),
              "setting up the cluster", transient=False, show=True) as bar:
@@ -123,7 +123,7 @@ def _run_with_progress(examples: list[str], policies: list[str], settings: Any, 
 def _print_tables(doc: dict[str, Any], out: Path) -> None:
     from rich.console import Console
 
-    from leveller.demo.report import live_output
+    from leveller.experiments.demo.report import live_output
 
     console = Console()
     for renderable in live_output(doc, out):

@@ -3,6 +3,7 @@
   leveller experiment soak       the live system for a long run; memory and open files of every service
   leveller experiment tenants    the paper's testbed experiments: 2-4 tenants on a leaf-spine (Fig. 10), --fig9
   leveller experiment chaos      the live pair while OVS, the SDN app, the controller and an agent are killed
+  leveller experiment churn      jobs arrive and leave (Poisson), registered by themselves, under every policy
   leveller experiment recovery   after a disturbance: cumulative vs windowed vs decayed R (simulators, testbed)
 """
 
@@ -18,6 +19,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "tenants": ("leveller.commands.experiment_tenants", "2-4 tenants on the leaf-spine under every policy (Fig. 10)"),
     "chaos": ("leveller.commands.experiment_chaos", "live pair under killed and restarted parts; recovery, "
               "stale marks, min R vs undisturbed"),
+    "churn": ("leveller.commands.experiment_churn",
+              "jobs of the catalog arrive and leave (Poisson), registered by themselves, under every policy"),
     "recovery": ("leveller.commands.experiment_recovery",
                  "a job starved for a while: recovery of min R per kind of R (network/link sim, testbed)"),
 }
@@ -41,7 +44,7 @@ def live_progress(width: int = 34, log_notes: bool = False) -> Iterator[tuple[Ca
     a progress bar on a terminal (stderr). Yields (progress(fraction done), note(what runs now)); with
     ``log_notes`` every note is also logged above the bar."""
     from leveller.commands.progress import Bar
-    from leveller.demo.interrupts import unwind_on_signals
+    from leveller.experiments.shared.interrupts import unwind_on_signals
 
     with unwind_on_signals(), Bar([f"{{task.description:<{width}}}", "bar", "elapsed", "remaining"],
                                   description="setting up the cluster", log_path=False) as bar:

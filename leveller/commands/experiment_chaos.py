@@ -57,7 +57,7 @@ MIN_DURATION_S, MAX_DURATION_S = 20.0, 3600.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from leveller.demo.chaos_check import DEFAULT_SCHEDULE
+    from leveller.experiments.chaos.check import DEFAULT_SCHEDULE
 
     parser.add_argument("--duration", type=float, default=90.0, metavar="S",
                         help="seconds each run's jobs run (default 90)")
@@ -74,9 +74,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from leveller.demo.chaos import EXAMPLE
-    from leveller.demo.chaos_check import HA_TARGETS, parse_schedule
-    from leveller.demo.scenario import RECEIVER, plan
+    from leveller.experiments.chaos.check import HA_TARGETS, parse_schedule
+    from leveller.experiments.chaos.run import EXAMPLE
+    from leveller.experiments.demo.scenario import plan
+    from leveller.experiments.shared.star import RECEIVER
     from leveller.testbed.state import check_name
 
     if not MIN_DURATION_S <= args.duration <= MAX_DURATION_S:
@@ -94,7 +95,7 @@ def handle(args: argparse.Namespace) -> int:
     _check(args)
     from leveller.commands import output_dir
     from leveller.commands.experiment import live_progress
-    from leveller.demo.chaos import run_chaos
+    from leveller.experiments.chaos.run import run_chaos
 
     out = output_dir(args.out)
     with live_progress(width=40, log_notes=True) as (progress, note):
@@ -104,7 +105,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        from leveller.demo.chaos_table import print_report
+        from leveller.experiments.chaos.table import print_report
 
         print_report(report, out)
     return 0 if report["verdict"] == "ok" else 1

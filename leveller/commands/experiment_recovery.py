@@ -33,7 +33,7 @@ import argparse
 import json
 from typing import Any
 
-WHERE = ("network", "link", "testbed")  # also leveller.demo.recovery.WHERE
+WHERE = ("network", "link", "testbed")  # also leveller.experiments.recovery.run.WHERE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leveller.commands.progress import Bar
-    from leveller.demo.recovery import check_options, run_experiment
+    from leveller.experiments.recovery.run import check_options, run_experiment
 
     check_options(args)
     with Bar(["{task.description:>20}", "bar", "elapsed"], description="starting",

@@ -51,7 +51,7 @@ def _check(args: argparse.Namespace) -> None:
     if not 0.5 <= args.interval <= args.duration / 8:
         raise UserError(f"--interval={args.interval:g}: allowed is 0.5 s up to --duration / 8 "
                         f"({args.duration / 8:g} s), so that both windows hold samples")
-    from leveller.demo.options import check_live
+    from leveller.experiments.shared.options import check_live
 
     check_live(args, "experiment soak")
 
@@ -60,7 +60,7 @@ def handle(args: argparse.Namespace) -> int:
     _check(args)
     from leveller.commands import output_dir
     from leveller.commands.experiment import live_progress
-    from leveller.demo.soak import plot_soak, run_soak
+    from leveller.experiments.soak.run import plot_soak, run_soak
 
     out = output_dir(args.out)
     with live_progress() as (progress, note):

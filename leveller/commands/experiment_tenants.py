@@ -58,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-mbps", type=float, default=None, metavar="R",
                         help="rate of every emulated link, Mbit/s (default 25: what one ovs-vswitchd thread forwards "
                         "through three bridges without becoming the bottleneck)")
-    from leveller.demo.switching import DEFAULT_MODE, MODES
+    from leveller.experiments.shared.switching import DEFAULT_MODE, MODES
 
     parser.add_argument("--switching", choices=tuple(MODES), default=DEFAULT_MODE,
                         help="LEVELLER's remedies for the TCP cost of changing priorities: hysteresis (the "
@@ -84,8 +84,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def handle(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from leveller.demo import tenants_report as report
-    from leveller.demo.tenants_run import check_options
+    from leveller.experiments.tenants import report as report
+    from leveller.experiments.tenants.run import check_options
 
     counts, policies = check_options(args)  # every input checked before anything starts
     if args.plan:
@@ -97,7 +97,7 @@ def handle(args: argparse.Namespace) -> int:
         print("\n".join(report.plan_lines(doc)))
         return 0
     from leveller.commands import output_dir
-    from leveller.demo.interrupts import unwind_on_signals
+    from leveller.experiments.shared.interrupts import unwind_on_signals
 
     out = output_dir(args.out)
     _print_scaling(Console(stderr=True), args)
@@ -119,7 +119,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _print_scaling(console: Any, args: argparse.Namespace) -> None:
-    from leveller.demo.tenants_report import SCALING_NOTE, scaling_table
+    from leveller.experiments.tenants.report import SCALING_NOTE, scaling_table
 
     console.print(scaling_table(args))
     console.print(SCALING_NOTE)
@@ -127,8 +127,8 @@ def _print_scaling(console: Any, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, counts: list[int], policies: list[str]) -> list[Any]:
     from leveller.commands.progress import Bar
-    from leveller.demo.tenants_report import repeat_line
-    from leveller.demo.tenants_run import run_all, units
+    from leveller.experiments.tenants.report import repeat_line
+    from leveller.experiments.tenants.run import run_all, units
 
     total = sum(n * args.alone + len(policies) * args.duration for n, _ in units(args, counts))
     with Bar(["{task.description:<30}", "bar", "elapsed", "remaining"], total, "setting up") as bar:

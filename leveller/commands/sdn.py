@@ -5,10 +5,13 @@ shortest paths, picked deterministically from the 5-tuple), programs the level -
 DSCP -> strict-priority queue mapping (OpenFlow set_queue, or a tc classifier on
 every switch egress port for the OVS userspace datapath, which ignores set_queue),
 reinstalls its state when a switch reconnects, and answers path and queue queries
-over HTTP JSON (see sdn/README.md). The API bounds what clients can hold: a request's
-headers and its body must each arrive within --api-timeout, bodies over --api-max-body
-are refused (413), and past --api-max-connections the connection idle the longest is
-closed for a new one, so idle or half-open connections cannot lock out /health.
+over HTTP JSON (see sdn/README.md). The API bounds what clients can hold: a new
+connection's headers must arrive within --api-header-timeout, a client's later ones and
+every body within --api-timeout, bodies over --api-max-body are refused (413), a request
+without the --api-token-file token is refused (401) before its body is read, and past
+--api-max-connections a connection that has not shown it is a client (else the one idle
+the longest) is closed for a new one, so unauthenticated, idle or half-open connections
+cannot lock out /health. GET /metrics counts the refusals.
 
 OpenFlow listens on --of-host (default 127.0.0.1; a real switch needs an address it can reach, e.g.
 --of-host 10.0.0.254). A switch is accepted only if its dpid is one of the topology's, it connects
@@ -61,8 +64,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--of-tls-ca", metavar="PEM", help="OpenFlow over TLS: the CA switch certificates are "
                         "signed by")
     parser.add_argument("--idle-timeout", type=int, default=60, help="seconds before an idle flow's rules expire")
+    parser.add_argument("--api-header-timeout", type=float, default=2.0, metavar="S",
+                        help="seconds a new connection has for its first request line and headers (default 2; "
+                        "a connection that sends nothing is holding a slot)")
     parser.add_argument("--api-timeout", type=float, default=10.0, metavar="S",
-                        help="seconds a client has for a request's headers, and again for its body (default 10)")
+                        help="seconds a client has for a later request's headers on its connection, and for a "
+                        "request's body (default 10)")
     parser.add_argument("--api-max-body", type=int, default=4 << 20, metavar="BYTES",
                         help="largest request body accepted (default 4 MiB, about 40,000 flows in POST /paths)")
     parser.add_argument("--api-max-connections", type=int, default=512, metavar="N",
@@ -83,6 +90,8 @@ def check_args(args: argparse.Namespace) -> tuple[str, int]:
         raise UserError(f"--api = {args.api!r} is invalid; HOST:PORT, e.g. 127.0.0.1:8181")
     if not 0 < args.api_timeout <= 3600:
         raise UserError(f"--api-timeout = {args.api_timeout}: must be in (0, 3600] seconds")
+    if not 0 < args.api_header_timeout <= 3600:
+        raise UserError(f"--api-header-timeout = {args.api_header_timeout}: must be in (0, 3600] seconds")
     if not 1024 <= args.api_max_body <= 1 << 30:
         raise UserError(f"--api-max-body = {args.api_max_body}: must be 1024..{1 << 30} bytes")
     if not 2 <= args.api_max_connections <= 100_000:
@@ -133,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     run_app(topo, default_level_map(topo.levels), mode, host, int(port), of_host=args.of_host, of_port=of_port,
             netns=netns, of_allow=of_allow(args), of_tls=tls,
             info_file=info_file, idle_timeout=args.idle_timeout,
-            api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections), api_token=token,
+            api_limits=Limits(args.api_timeout, args.api_max_body, args.api_max_connections,
+                              args.api_header_timeout), api_token=token,
             api_token_file=str(Path(args.api_token_file).resolve()) if args.api_token_file else None)
     return 0

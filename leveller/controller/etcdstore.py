@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from leveller.controller.hastate import Op
+from leveller.controller.hastate import Holder, Op
 
 API_PATH = "/v3/"
 MAX_ENDPOINTS = 16
@@ -80,6 +80,11 @@ def _b64(data: str | bytes) -> str:
 
 def _unb64(data: str) -> bytes:
     return base64.b64decode(data)
+
+
+def _holder(kv: dict[str, Any]) -> Holder:
+    return Holder(_unb64(kv.get("value", "")), int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)),
+                  int(kv.get("lease", 0)))
 
 
 def _range_end(prefix: str) -> str:
@@ -152,27 +157,45 @@ class EtcdStore:
         self._post("revoke", "/kv/lease/revoke", {"ID": lease})
 
     # ---- keys -------------------------------------------------------------------------------------------
-    def campaign(self, key: str, value: bytes, lease: int) -> tuple[bool, int, bytes | None]:
-        """Create ``key`` on ``lease`` if it does not exist: (won, the key's create revision = the epoch,
-        the value of the key now: ours if won, the leader's otherwise)."""
+    def campaign(self, key: str, value: bytes, lease: int) -> tuple[bool, Holder | None]:
+        """Create ``key`` on ``lease`` if it does not exist: (won, the key as it is now: ours if won, the
+        holder's otherwise, None if it was deleted in between). The holder's lease tells a controller
+        whose earlier campaign etcd applied but whose answer was lost that the key is its own."""
         k = _b64(key)
         out = self._post("campaign", "/kv/txn", {
             "compare": [{"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
             "success": [{"request_put": {"key": k, "value": _b64(value), "lease": str(lease)}}],
             "failure": [{"request_range": {"key": k}}]})
         if out.get("succeeded"):
-            return True, int(out["header"]["revision"]), value
+            revision = int(out["header"]["revision"])
+            return True, Holder(value, revision, revision, lease)
         kvs = (out.get("responses") or [{}])[0].get("response_range", {}).get("kvs", [])
-        if not kvs:  # deleted in between: no leader now
-            return False, 0, None
-        return False, int(kvs[0].get("create_revision", 0)), _unb64(kvs[0].get("value", ""))
+        return False, _holder(kvs[0]) if kvs else None
 
-    def get(self, key: str) -> tuple[bytes, int] | None:
-        """(value, create revision) of ``key``, None if absent."""
+    def holder(self, key: str) -> Holder | None:
+        """``key`` as etcd has it (value, create and mod revision, lease); None if absent."""
         kvs = self._post("get", "/kv/range", {"key": _b64(key)}).get("kvs", [])
-        if not kvs:
-            return None
-        return _unb64(kvs[0].get("value", "")), int(kvs[0].get("create_revision", 0))
+        return _holder(kvs[0]) if kvs else None
+
+    def mark(self, key: str, created: int, value: bytes, lease: int) -> bool:
+        """Rewrite ``key`` with ``value`` if it is still the one created at ``created`` and on ``lease``
+        (the holder rewriting its own election key; never creates it)."""
+        k = _b64(key)
+        out = self._post("mark", "/kv/txn", {
+            "compare": [{"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": str(created)},
+                        {"key": k, "result": "EQUAL", "target": "LEASE", "lease": str(lease)}],
+            "success": [{"request_put": {"key": k, "value": _b64(value), "lease": str(lease)}}], "failure": []})
+        return bool(out.get("succeeded"))
+
+    def depose(self, key: str, created: int, modified: int, value: bytes, lease: int) -> bool:
+        """Take ``key`` over if it is still the one created at ``created`` and unchanged since
+        ``modified``: it gets ``value`` on ``lease`` and keeps its create revision (the epoch)."""
+        k = _b64(key)
+        out = self._post("depose", "/kv/txn", {
+            "compare": [{"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": str(created)},
+                        {"key": k, "result": "EQUAL", "target": "MOD", "mod_revision": str(modified)}],
+            "success": [{"request_put": {"key": k, "value": _b64(value), "lease": str(lease)}}], "failure": []})
+        return bool(out.get("succeeded"))
 
     def get_prefix(self, prefix: str) -> dict[str, bytes]:
         """Every key under ``prefix`` with its value."""

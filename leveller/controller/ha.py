@@ -35,9 +35,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from leveller.controller.hastate import (
+    LEADER_VERSION,
     HaState,
+    Holder,
     JobRecord,
     Layout,
+    LeaderRecord,
     PlanRecord,
     ReplayMark,
     StateError,
@@ -48,6 +51,7 @@ from leveller.controller.hastate import (
     leader_record,
     member_record,
     read_address,
+    read_leader,
 )
 from leveller.controller.leadership import Leadership, NotLeader
 from leveller.controller.registry import JobState
@@ -69,9 +73,13 @@ class Store(Protocol):
 
     def revoke(self, lease: int) -> None: ...
 
-    def campaign(self, key: str, value: bytes, lease: int) -> tuple[bool, int, bytes | None]: ...
+    def campaign(self, key: str, value: bytes, lease: int) -> tuple[bool, Holder | None]: ...
 
-    def get(self, key: str) -> tuple[bytes, int] | None: ...
+    def holder(self, key: str) -> Holder | None: ...
+
+    def mark(self, key: str, created: int, value: bytes, lease: int) -> bool: ...
+
+    def depose(self, key: str, created: int, modified: int, value: bytes, lease: int) -> bool: ...
 
     def get_prefix(self, prefix: str) -> dict[str, bytes]: ...
 
@@ -103,6 +111,12 @@ class HaMetrics:
         self.etcd_errors = Counter("leveller_etcd_errors", "etcd calls that failed, per member tried", ["op", "error"],
                                    registry=registry)
         self.state_writes = Counter("leveller_ha_state_ops", "state keys written to etcd", registry=registry)
+        self.state_left_out = Gauge("leveller_ha_state_left_out", "state records the last write could not hold "
+                                    "(past the bounds of leveller.controller.hastate)", registry=registry)
+        self.state_refused = Counter("leveller_ha_state_refused", "state records read from etcd that were not "
+                                     "records (corrupt or hostile) and were not used", registry=registry)
+        self.deposed = Counter("leveller_ha_deposed", "election keys this controller deleted because their holder "
+                               "never led", registry=registry)
 
     def on_call(self, op: str, seconds: float, error: str | None) -> None:
         self.etcd_seconds.labels(op).observe(seconds)
@@ -134,6 +148,12 @@ class HaController:
         self.members: list[dict[str, Any]] = []
         self.last_error: str | None = None
         self._stored: dict[str, bytes] = {}  # state/ as this leader last wrote it
+        self._left_out: list[str] = []  # what the last write could not hold (logged when it changes)
+        self.depose_after_s = 2 * self.ttl_s + controller.tau_s  # a holder that does not lead this long is deposed
+        self._members_read = -1e9  # monotonic time the members were last read
+        self._registered: int | None = None  # the lease this controller's member key is on
+        self._holding: tuple[int, float] | None = None  # (epoch, since): the key is ours, the state not read yet
+        self._pending: tuple[tuple[int, int], float] | None = None  # standby: a holder not leading, since
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -190,7 +210,8 @@ class HaController:
             leading = ld.may_decide(self.monotonic())
             return {"name": self.name, "address": self.address, "role": "leader" if leading else ld.role,
                     "leader": self.address if leading else ld.leader, "epoch": ld.epoch, "ttl_s": self.ttl_s,
-                    "elections": ld.elections, "members": list(self.members), "last_error": self.last_error}
+                    "elections": ld.elections, "members": list(self.members), "last_error": self.last_error,
+                    "state_left_out": list(self._left_out)}
 
     # ---- election ---------------------------------------------------------------------------------------
     def start(self) -> HaController:
@@ -214,72 +235,159 @@ class HaController:
             self.lease = None
 
     def _elect_loop(self) -> None:
-        last_members = 0.0
         while not self._stop.is_set():
-            try:
-                self.elect_once()
-                if self.monotonic() - last_members >= 1.0:
-                    last_members = self.monotonic()
-                    self._read_members()
-                self.last_error = None
-            except Exception as exc:  # etcd unreachable: a leader's term runs out by itself
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                LOG.warning("etcd: %s", self.last_error)
-            leading = self.leadership.role == "leader"
-            self._stop.wait(min(self.ttl_s / 4, 0.5) if leading else self.poll_s)
+            self._stop.wait(self.elect_round())
+
+    def elect_round(self) -> float:
+        """One turn of the elector thread: a round (an error is kept in ``last_error``: a leader's term runs
+        out by itself), the members read every second; the seconds to wait until the next turn."""
+        try:
+            self.elect_once()
+            if self.monotonic() - self._members_read >= 1.0:
+                self._members_read = self.monotonic()
+                self._read_members()
+            self.last_error = None
+        except Exception as exc:  # etcd unreachable, slow, or an answer lost
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            LOG.warning("etcd: %s", self.last_error)
+        return min(self.ttl_s / 4, 0.5) if self.leadership.role == "leader" else self.poll_s
 
     def elect_once(self) -> None:
-        """One round: get or renew the lease; as leader nothing else; otherwise read the election key
-        and campaign when it is free."""
+        """One round: renew the lease (or get one); as leader, confirm the election key is still ours
+        before the term is extended; otherwise campaign, and take over when the key is ours, whether just
+        won or found on our lease (a campaign whose answer was lost, a take-over cut short by an error:
+        after any error a controller finds out at its next round whether it holds the key). A standby
+        deposes a holder that has not led for ``depose_after_s``."""
+        sent, ttl = self._renew_lease()
+        if self.leadership.role == "leader":
+            self._confirm(sent, ttl)
+        else:
+            self._campaign(sent, ttl)
+        self._set_metrics()
+
+    def _renew_lease(self) -> tuple[float, int]:
+        """(monotonic time the renewal or grant was sent, its TTL): this controller's lease lives at etcd
+        until at least then + TTL."""
+        sent, ttl = self.monotonic(), 0
         if self.lease is not None:
-            sent = self.monotonic()
             ttl = self.store.keepalive(self.lease)
-            with self._lock:
-                was_leader = self.leadership.role == "leader"
-                self.leadership.renewed(sent, ttl)
-                if was_leader and self.leadership.role != "leader":
-                    LOG.warning("lost the etcd lease: not deciding any more")
             if ttl <= 0:
+                with self._lock:
+                    if self.leadership.role == "leader":
+                        LOG.warning("lost the etcd lease: not deciding any more")
+                    self.leadership.lost(None, 0)
                 self.lease = None
         if self.lease is None:  # first round, or the lease expired: a new one (as a standby)
             sent = self.monotonic()
             self.lease, ttl = self.store.grant(self.ttl_s)
+            self._holding = None
             if ttl > self.ttl_s:
                 LOG.warning("etcd granted a %d s lease for --etcd-ttl %d (its minimum TTL)", ttl, self.ttl_s)
+        if self._registered != self.lease:
             self.store.put(self.layout.member(self.name), member_record(self.name, self.address, self.since),
                            self.lease)
-        if self.leadership.role == "leader":
-            self._set_metrics()
+            self._registered = self.lease
+        return sent, ttl
+
+    def _confirm(self, sent: float, ttl: int) -> None:
+        """As leader: extend the term only while the election key is still ours (created at our epoch, on
+        our lease); else stop at once (deleted by an operator, etcd restored or replaced)."""
+        holder = self.store.holder(self.layout.leader)
+        with self._lock:
+            epoch = self.leadership.epoch
+            if holder is None or holder.created != epoch or holder.lease != self.lease:
+                self.leadership.lost(None, 0)
+                LOG.warning("epoch %d: the election key is not this controller's any more (%s): not deciding",
+                            epoch, "gone" if holder is None else f"created at {holder.created}")
+                return
+            self.leadership.renewed(sent, ttl)
+
+    def _campaign(self, sent: float, ttl: int) -> None:
+        assert self.lease is not None
+        won, holder = self.store.campaign(self.layout.leader, leader_record(self.name, self.address), self.lease)
+        if holder is not None and (won or holder.lease == self.lease):
+            self._pending = None
+            if not won:
+                LOG.warning("the election key (epoch %d) is on this controller's lease: taking over", holder.created)
+            self._take_over(holder.created, sent, ttl)
             return
-        won, epoch, value = self.store.campaign(self.layout.leader, leader_record(self.name, self.address),
-                                                self.lease)
-        if won:
-            self._take_over(epoch, sent, ttl)
-        else:
+        leader, record = None, None
+        if holder is not None:
+            try:
+                record = read_leader(holder.value, self.layout.leader)
+                leader = record.address
+            except StateError as exc:
+                LOG.warning("%s", exc)
+        if leader == self.address:  # an earlier run of this controller, on a lease not yet expired
             leader = None
-            if value is not None:
-                try:
-                    leader = read_address(value, self.layout.leader)[1]
-                except StateError as exc:
-                    LOG.warning("%s", exc)
-            with self._lock:
-                self.leadership.follower(leader if leader != self.address else None, epoch if leader else 0)
-        self._set_metrics()
+        with self._lock:
+            self.leadership.follower(leader, holder.created if leader and holder is not None else 0)
+        self._watch(holder, record, sent, ttl)
+
+    def _watch(self, holder: Holder | None, record: LeaderRecord | None, sent: float, ttl: int) -> None:
+        """Standby: depose a holder that says it does not lead (yet) and has not changed for
+        ``depose_after_s`` (its own rounds take over within a round or two of etcd answering: this is for a
+        holder stuck otherwise), by taking its key over at the same epoch, then take over. That holder
+        never decided at this epoch (it marks the key before it leads, and the mark needs the key on its
+        lease), so no two controllers decide at once, and it cannot win the key straight back. Records of
+        older controllers, which do not say, are left alone."""
+        if holder is None or record is None or record.version < LEADER_VERSION or record.leading:
+            self._pending = None
+            return
+        seen, now = (holder.created, holder.modified), self.monotonic()
+        if self._pending is None or self._pending[0] != seen:
+            self._pending = (seen, now)
+            return
+        held = now - self._pending[1]
+        if held < self.depose_after_s:
+            return
+        self._pending = None
+        assert self.lease is not None
+        if self.store.depose(self.layout.leader, *seen, leader_record(self.name, self.address), self.lease):
+            LOG.warning("%s (%s) held the election key at epoch %d for %.1f s without leading: deposed",
+                        record.name, record.address, holder.created, held)
+            if self.metrics is not None:
+                self.metrics.deposed.inc()
+            self._take_over(holder.created, sent, ttl)
 
     def _take_over(self, epoch: int, sent: float, ttl: int) -> None:
-        """Won the election at ``epoch``: read the state, then lead (decisions from the next step)."""
+        """The election key is ours at ``epoch``: read the state, mark the key as leading, then lead
+        (decisions from the next step). If the state cannot be read or the key not marked (etcd errors),
+        the next round tries again (the key stays ours); after a TTL of failed reads this controller leads
+        without the state rather than not at all. Records that are not records (corrupt, hostile) are
+        left out, named in the log and counted; the rest is used."""
         elected_at = self.clock()
+        if self._holding is None or self._holding[0] != epoch:
+            self._holding = (epoch, self.monotonic())
         try:
             pairs = self.store.get_prefix(self.layout.state)
-            state = decode(pairs, self.layout)
-        except StateError as exc:  # a bad record: decide without it rather than not at all
-            LOG.error("state in etcd not used: %s", exc)
-            pairs, state = {}, HaState()
+        except Exception as exc:  # etcd3gw's and requests' errors, EtcdError
+            held = self.monotonic() - self._holding[1]
+            if held < self.ttl_s:
+                raise
+            LOG.error("epoch %d: the state in etcd could not be read for %.1f s (%s): leading without it",
+                      epoch, held, exc)
+            pairs = {}
+        errors: list[str] = []
+        state = decode(pairs, self.layout, errors)
+        for message in errors[:5]:
+            LOG.error("state in etcd not used: %s", message)
+        if len(errors) > 5:
+            LOG.error("state in etcd: %d more records not used", len(errors) - 5)
+        if errors and self.metrics is not None:
+            self.metrics.state_refused.inc(len(errors))
         self._stored = dict(pairs)
         self.load(state, elected_at)
+        assert self.lease is not None
+        if not self.store.mark(self.layout.leader, epoch, leader_record(self.name, self.address, leading=True),
+                               self.lease):  # deposed or deleted since: not leading
+            LOG.warning("epoch %d: the election key changed before this controller led", epoch)
+            self._holding = None
+            return
         with self._lock:
             self.leadership.won(epoch, self.address, sent, ttl)
             self.elected_at = self.monotonic()
+        self._holding = None
         if self.metrics is not None:
             self.metrics.elections.inc()
         LOG.warning("elected leader at epoch %d", epoch)
@@ -367,12 +475,22 @@ class HaController:
 
     def save(self) -> int:
         """Write the changes of ``state/`` since the last write, guarded by this leader's epoch; the number
-        of keys written. A guard that fails means another controller leads: leadership is given up."""
+        of keys written. A guard that fails means another controller leads: leadership is given up. What
+        the records cannot hold (leveller.controller.hastate.encode) is left out, logged when that
+        changes and shown in ``leveller_ha_state_left_out`` and Status (``ha.state_left_out``); the rest
+        is written."""
         with self._lock:
             epoch = self.leadership.epoch if self.leadership.may_decide(self.monotonic()) else 0
         if not epoch:
             return 0
-        wanted = encode(self.snapshot(), self.layout)
+        left: list[str] = []
+        wanted = encode(self.snapshot(), self.layout, left)
+        if left != self._left_out:  # said once, when what is left out changes
+            for message in left:
+                LOG.error("state not written to etcd: %s", message)
+            self._left_out = left
+        if self.metrics is not None:
+            self.metrics.state_left_out.set(len(left))
         ops = changes(self._stored, wanted)
         written = 0
         for batch in batches(ops):

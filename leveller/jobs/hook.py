@@ -12,6 +12,10 @@ which torchrun sets, else 0) and LEVELLER_ITER_LOG (file to append to, default
 stderr). The first line written is ``iter=0`` stamped with the process start
 time, which is the job's t0 for R.
 
+Where the host runs an agent with a registration socket ($LEVELLER_AGENT_SOCK, else
+/run/leveller/agent.sock), the hook also registers the job there and sends each
+iteration end (leveller.jobs.agentlink): the agent then needs no flag for the job.
+
 Two optional extras, for the controller's policies:
 
 * CASSINI time shifts: with LEVELLER_SHIFT_FILE set (the file an agent run with
@@ -37,8 +41,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from leveller.jobs.agentlink import AgentLink, socket_path
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import check_job_name, format_line
+
+REGISTER_WAIT_S = 2.0  # the longest the first iteration_done() waits for the agent's answer
 
 
 def process_start_time(pid: int | str = "self") -> float:
@@ -59,7 +66,7 @@ class IterationReporter:
     def __init__(self, job: str, rank: int, write: Callable[[str], None],
                  clock: Callable[[], float] = time.time, start_time: float | None = None,
                  shift_file: str | None = None, wait_s: float = 0.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, link: AgentLink | None = None) -> None:
         self.job = check_job_name(job)
         self.rank = rank
         self._write = write
@@ -70,6 +77,7 @@ class IterationReporter:
         self.wait_s = wait_s
         self.follower = ShiftFollower(shift_file, self.job) if shift_file else None
         self.shifted_s = 0.0  # total delay applied for CASSINI shifts
+        self.link = link  # the host agent's registration socket (None: the log line only)
         self._write(format_line(self.job, 0, clock() if start_time is None else start_time, rank) + "\n")
 
     def iteration_done(self) -> int:
@@ -77,8 +85,11 @@ class IterationReporter:
         plan delays the return (the start of the next iteration) to the plan's phase."""
         with self._lock:
             self.iterations += 1
-            self._write(format_line(self.job, self.iterations, self._clock(), self.rank) + "\n")
+            now = self._clock()
+            self._write(format_line(self.job, self.iterations, now, self.rank) + "\n")
             count = self.iterations
+        if self.link is not None:
+            self.link.iteration(count, now)
         pending = self.follower.pending_delay(self._clock()) if self.follower is not None else None
         if pending is not None and pending[0] > 0:
             self.shifted_s += pending[0]
@@ -117,8 +128,13 @@ def reporter_from_env(env: Mapping[str, str]) -> IterationReporter:
         wait = -1.0
     if not 0 <= wait <= 3600:
         raise ValueError(f"LEVELLER_WAIT={wait_text!r}: seconds in [0, 3600]")
+    path = socket_path(env)
+    link = None
+    if path is not None:  # registered before the job opens a connection (see leveller.jobs.agentlink)
+        link = AgentLink(path, check_job_name(job), rank)
+        link.wait_registered(REGISTER_WAIT_S)
     return IterationReporter(job, rank, _sink(env.get("LEVELLER_ITER_LOG")), start_time=process_start_time(),
-                             shift_file=env.get("LEVELLER_SHIFT_FILE") or None, wait_s=wait)
+                             shift_file=env.get("LEVELLER_SHIFT_FILE") or None, wait_s=wait, link=link)
 
 
 @functools.lru_cache(maxsize=1)

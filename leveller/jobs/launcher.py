@@ -29,6 +29,8 @@ def worker_argv(spec: RunConfig, rank: int, deadline: float | None, log: str | N
     argv = list(prefix)
     if place.netns:
         argv = ["ip", "netns", "exec", place.netns, *argv]
+    if place.cgroup:  # entered before the namespace: `ip netns exec` remounts /sys, and the cgroup tree with it
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', place.cgroup, *argv]
     argv += [python, "-m", "leveller.jobs.worker", "--job", spec.name, "--rank", str(rank),
              "--pattern", spec.pattern, "--compute", repr(spec.compute_s),
              "--bytes", str(spec.bytes_per_iteration)]
@@ -41,6 +43,8 @@ def worker_argv(spec: RunConfig, rank: int, deadline: float | None, log: str | N
         argv += ["--deadline", f"{deadline:.3f}"]
     if log:
         argv += ["--log", log]
+    if place.agent_sock:
+        argv += ["--agent-sock", place.agent_sock]
     if spec.pace:
         argv += ["--pace", repr(spec.rate_bps)]
     if spec.window_bytes:

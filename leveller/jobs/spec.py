@@ -25,6 +25,8 @@ class WorkerPlace:
 
     address: str
     netns: str | None = None
+    agent_sock: str | None = None  # its host agent's registration socket (None: the worker's default)
+    cgroup: str | None = None  # cgroup v2 directory the worker starts in (None: the launcher's)
 
 
 def parse_worker(text: str) -> WorkerPlace:

@@ -40,12 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from leveller.jobs.agentlink import AgentLink, socket_path
 from leveller.jobs.control import ShiftFollower, format_comm_line
 from leveller.jobs.logline import format_line
 
 _CHUNK = 256 * 1024
 _HELLO = struct.Struct("!4sI")
 _MAGIC = b"LVLJ"
+REGISTER_WAIT_S = 2.0  # the longest a worker waits for its agent's answer before it starts
 _SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 
@@ -296,6 +298,8 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     p.add_argument("--deadline", type=float)
     p.add_argument("--connect-timeout", type=float, default=30.0)
     p.add_argument("--log", help="append iteration lines to this file too")
+    p.add_argument("--agent-sock", help="register with the host agent at this socket (default: "
+                   "$LEVELLER_AGENT_SOCK, else /run/leveller/agent.sock if it exists)")
     p.add_argument("--pace", type=float, help="kernel pacing rate of sending sockets, bits/s")
     p.add_argument("--window", type=int, help="clamp every connection's TCP window to this many bytes")
     p.add_argument("--slack", type=float, default=0.0, help="start the exchange this long before compute ends")
@@ -308,6 +312,8 @@ def _parse(argv: list[str] | None) -> tuple[WorkerConfig, str | None]:
     cfg = WorkerConfig(a.job, a.rank, endpoints, a.pattern, a.compute, a.bytes, a.iterations, a.deadline,
                        a.connect_timeout, a.pace, a.window, a.slack, a.wait, a.shift_file,
                        tuple((float(at), float(c)) for at, _, c in (x.partition(":") for x in a.compute_change)))
+    if a.agent_sock:
+        os.environ["LEVELLER_AGENT_SOCK"] = a.agent_sock
     return cfg, a.log
 
 
@@ -317,11 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     if log:
         log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    link = _agent_link(cfg)
+
     def emit(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         if log_fd is not None:
             os.write(log_fd, (line + "\n").encode())
+        if link is not None and line.startswith("leveller-iter "):
+            link.iteration(int(line.split(" iter=", 1)[1].split()[0]))
 
     worker = Worker(cfg)
     try:
@@ -334,7 +344,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         worker.close()
+        if link is not None:
+            link.close()
     return 0
+
+
+def _agent_link(cfg: WorkerConfig) -> AgentLink | None:
+    """The rank's registration with its host agent (leveller.jobs.agentlink), made before the first
+    connection: an agent that gives the job a cgroup of its own (a scheduler's job) has moved this
+    process there by then, so every connection of the job is counted as the job's."""
+    path = socket_path(os.environ)
+    if path is None:
+        return None
+    link = AgentLink(path, cfg.job, cfg.rank)
+    link.wait_registered(REGISTER_WAIT_S)
+    return link
 
 
 if __name__ == "__main__":

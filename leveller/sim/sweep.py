@@ -8,10 +8,21 @@ only labels repeats) and gives its parameters plus ``min``, ``p10``, ``avg``, ``
 ``top_job_changes``, ``congested_share``, ``measured``, ``events``, ``wall_seconds``; or its
 parameters plus ``error`` (the error's type and message), which loses no other point.
 
+Bounds, checked before anything runs (a UserError naming the key, the value and what is allowed): at
+most MAX_POINTS points (the product of the lists' lengths, computed before the points are made), a
+duration of at most MAX_DURATION_S simulated seconds, list entries that are strings of at most
+MAX_TEXT characters or numbers, a grid file of at most MAX_GRID_BYTES.
+
 :func:`run_sweep` submits the points not already done to a Dask ``Client`` and rewrites
-``results.json`` (a list, one object per point) and ``results.csv`` after every point, so an
-interrupted sweep resumes where it stopped. :func:`write_summary` adds the mean and 95% confidence
-interval (Student t) across seeds per group of the other parameters (``summary.json``) and a plot.
+``results.json`` (a list, one object per point) and ``results.csv`` as points finish (after every
+point while that costs under a tenth of the time; always at the end, and also when interrupted), so
+an interrupted sweep resumes where it stopped. Every row is checked (:func:`check_row`: each metric
+a number in range) as it comes back from a worker, and again when ``--resume`` keeps it: a new row
+that fails becomes an error row; a kept row that fails is moved to ``results.invalid.json`` (nothing
+is lost) and its point run again. Rows of results.json that are no point of the grid are refused
+before the sweep starts (resuming would drop them). :func:`write_summary` adds the mean and 95%
+confidence interval (Student t) across seeds per group of the other parameters (``summary.json``)
+and a plot.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,22 +48,36 @@ METRICS = ("min", "p10", "avg", "gpu_utilization", "top_job_changes", "congested
 STATS = ("min", "p10", "avg", "gpu_utilization", "top_job_changes")
 RESULTS_JSON = "results.json"
 RESULTS_CSV = "results.csv"
+INVALID_JSON = "results.invalid.json"
+MAX_POINTS = 100_000  # a day of one-second points on 2 cores; a bigger sweep is several grids
+MAX_DURATION_S = 10_000_000  # simulated seconds of one point (116 days; a Philly replay is 75)
+MAX_TEXT = 4096  # characters of one list entry (a topology, trace spec or jobs path)
+MAX_GRID_BYTES = 1 << 20
+MAX_ERROR = 2000  # characters of a row's error message
+COUNTS = ("top_job_changes", "measured", "events")  # the other METRICS are numbers >= 0 (R, shares, seconds)
+OPTIONAL = ("min", "p10", "avg", "congested_share")  # null when no job was measured
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_grid(path: str) -> dict[str, Any]:
     """Read and check a grid file; UserError naming the key, the value and what is allowed."""
     from leveller.sim.network.jsonfile import read_json
 
-    return check_grid(read_json(path, "--grid"), path)
+    return check_grid(read_json(path, "--grid", max_bytes=MAX_GRID_BYTES), path)
 
 
 def check_grid(grid: Any, where: str = "grid") -> dict[str, Any]:
-    """The grid's structure (lists, required keys, duration); each point's values are checked when it runs."""
+    """The grid's structure (lists, required keys, entries, duration, number of points); each point's
+    values (a policy's name, a topology) are checked when it runs."""
     if not isinstance(grid, dict):
         raise UserError(f"{where}: expected a JSON object with keys {', '.join(LISTS)}, duration")
-    unknown = sorted(set(grid) - set(LISTS) - {"duration"})
+    unknown = sorted(str(k) for k in set(grid) - set(LISTS) - {"duration"})
     if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(LISTS)}, duration")
+        raise UserError(f"{where}: unknown key {_show(unknown[0])}; allowed: {', '.join(LISTS)}, duration")
     for key in REQUIRED:
         if key not in grid:
             raise UserError(f"{where}: missing key {key!r}")
@@ -59,11 +85,26 @@ def check_grid(grid: Any, where: str = "grid") -> dict[str, Any]:
         raise UserError(f"{where}: give exactly one of 'jobs' (files) or 'trace' (specs)")
     for key in LISTS:
         if key in grid and (not isinstance(grid[key], list) or not grid[key]):
-            raise UserError(f"{where}: {key} = {grid[key]!r} is invalid; a non-empty list")
+            raise UserError(f"{where}: {key} = {_show(grid[key])} is invalid; a non-empty list")
     duration = grid["duration"]
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not math.isfinite(duration) \
-            or duration <= 0:
-        raise UserError(f"{where}: duration = {duration!r} is invalid; simulated seconds > 0")
+    # compared, not converted: float(10**400) would raise OverflowError; NaN fails the comparison
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 < duration <= MAX_DURATION_S:
+        raise UserError(f"{where}: duration = {_show(duration)} is invalid; simulated seconds, a number > 0 "
+                        f"and at most {MAX_DURATION_S}")
+    lengths = {k: len(grid[k]) for k in LISTS if k in grid}
+    count = math.prod(lengths.values())
+    if count > MAX_POINTS:
+        product = " x ".join(f"{k} {n}" for k, n in lengths.items() if n > 1)
+        raise UserError(f"{where}: the grid has {count} points ({product}); at most {MAX_POINTS}: split it "
+                        "into several grids (each with its own --out)")
+    for key in lengths:
+        for i, value in enumerate(grid[key]):
+            if isinstance(value, str) and len(value) <= MAX_TEXT:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                continue
+            raise UserError(f"{where}: {key}[{i}] = {_show(value)} is invalid; a string of at most {MAX_TEXT} "
+                            "characters or a number")
     return grid
 
 
@@ -89,8 +130,9 @@ def run_point(point: dict[str, Any]) -> dict[str, Any]:
 
 def _number(point: dict[str, Any], key: str, default: float) -> float:
     value = point.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise UserError(f"{key} = {value!r} is invalid; a number >= 0")
+    # compared before float(): float(10**400) raises OverflowError; NaN and inf fail the range
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e300:
+        raise UserError(f"{key} = {_show(value)} is invalid; a finite number >= 0")
     return float(value)
 
 
@@ -106,11 +148,11 @@ def _simulate(point: dict[str, Any]) -> dict[str, Any]:
 
     policy, levels, seed = point["policy"], point["levels"], point["seed"]
     if policy not in ALL:
-        raise UserError(f"policy = {policy!r} is unknown; allowed: {', '.join(ALL)}")
+        raise UserError(f"policy = {_show(policy)} is unknown; allowed: {', '.join(ALL)}")
     if isinstance(levels, bool) or not isinstance(levels, int) or not 1 <= levels <= MAX_LEVELS:
-        raise UserError(f"levels = {levels!r} is invalid; an integer 1..{MAX_LEVELS}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UserError(f"seed = {seed!r} is invalid; an integer >= 0")
+        raise UserError(f"levels = {_show(levels)} is invalid; an integer 1..{MAX_LEVELS}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UserError(f"seed = {_show(seed)} is invalid; an integer 0..2**63-1")
     tau = _number(point, "tau", 0.0)
     rule = SwitchRule(_number(point, "switch_delta", 0.0), _number(point, "switch_dwell", 0.0))
     net = load_network(str(point["topology"]))
@@ -127,18 +169,91 @@ def _simulate(point: dict[str, Any]) -> dict[str, Any]:
     return {k: summary[k] for k in METRICS}
 
 
-def read_results(out: Path) -> list[dict[str, Any]]:
-    """The rows already in ``out/results.json`` (none if absent); UserError if it is not a list."""
+def check_row(row: Any) -> str | None:
+    """Why a result row (not an error row) is not a valid result, or None: every metric present, the
+    counts integers >= 0, the others finite numbers >= 0 (R, the shares and seconds; null where the
+    simulator gives null when no job was measured)."""
+    if not isinstance(row, dict):
+        return f"{_show(row)} is not an object"
+    for key in METRICS:
+        if key not in row:
+            return f"no {key!r}"
+        value = row[key]
+        if value is None and key in OPTIONAL:
+            continue
+        if key in COUNTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return f"{key} = {_show(value)} is invalid; an integer >= 0"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e300:
+            return f"{key} = {_show(value)} is invalid; a finite number >= 0" + (" or null" if key in OPTIONAL else "")
+    return None
+
+
+def read_results(out: Path) -> list[Any]:
+    """The rows already in ``out/results.json`` (none if absent); UserError if it is not a JSON list."""
+    from leveller.sim.network.jsonfile import read_json
+
     path = out / RESULTS_JSON
     if not path.exists():
         return []
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--resume: {path} is not valid JSON ({exc}); move it away to start afresh") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise UserError(f"--resume: {path} is not a list of result objects")
+    rows = read_json(str(path), "--resume")
+    if not isinstance(rows, list):
+        raise UserError(f"--resume: {path} is not a list of result objects; move it away to start afresh")
     return rows
+
+
+def kept_rows(out: Path, grid: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """What ``--resume`` keeps of ``out/results.json``: the valid result rows by point key, and the
+    invalid ones (``{"row": index, "reason", "value"}``: not an object, failing :func:`check_row`, a
+    second row of a point), which are to be run again. Error rows are run again, as always. UserError,
+    before anything runs, when rows are no point of this grid: resuming would drop them."""
+    keys = {point_key(p) for p in points(grid)}
+    kept: dict[str, dict[str, Any]] = {}
+    invalid: list[dict[str, Any]] = []
+    foreign: list[int] = []
+    for i, row in enumerate(read_results(out)):
+        if not isinstance(row, dict):
+            invalid.append({"row": i, "reason": "not an object", "value": row})
+            continue
+        key = point_key(row)
+        if key not in keys:
+            foreign.append(i)
+            continue
+        if "error" in row:
+            continue
+        why = check_row(row) or ("a second row of the same point" if key in kept else None)
+        if why is not None:
+            invalid.append({"row": i, "reason": why, "value": row})
+        else:
+            kept[key] = row
+    if foreign:
+        raise UserError(f"--resume: {out / RESULTS_JSON} has {len(foreign)} rows that are no point of this grid "
+                        f"(first: row {foreign[0]}); resume with the grid that made them, or choose another --out")
+    return kept, invalid
+
+
+def save_invalid(out: Path, invalid: Sequence[dict[str, Any]]) -> Path:
+    """Append the invalid rows --resume does not keep to ``out/results.invalid.json`` (nothing is lost)."""
+    from leveller.sim.network.jsonfile import read_json
+
+    path = out / INVALID_JSON
+    before = read_json(str(path), "--resume") if path.exists() else []
+    if not isinstance(before, list):
+        raise UserError(f"--resume: {path} is not a JSON list; move it away")
+    tmp = out / (INVALID_JSON + ".tmp")
+    tmp.write_text(json.dumps([*before, *invalid], indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _result(point: dict[str, Any], row: Any) -> dict[str, Any]:
+    """The row of ``point`` from what a worker sent: its metrics checked, else an error row."""
+    if isinstance(row, dict) and "error" in row:
+        return {**point, "error": str(row["error"])[:MAX_ERROR]}
+    why = check_row(row)
+    if why is not None:
+        return {**point, "error": f"ResultError: {why}"}
+    return {**point, **{k: row[k] for k in METRICS}}
 
 
 def write_results(out: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -159,35 +274,47 @@ def write_results(out: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def run_sweep(grid: dict[str, Any], out: Path, client: Any, resume: bool = False,
-              on_done: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+              on_done: Callable[[int, int], None] | None = None,
+              kept: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Run the grid's points on the Dask ``client``; return (and write) all rows, in grid order.
 
-    ``resume``: points with a result (not an error) already in ``out/results.json`` are kept, not
-    run again. ``on_done(done, total)`` after every point.
+    ``resume``: the valid result rows already in ``out/results.json`` are kept, not run again
+    (``kept``: those of :func:`kept_rows`, when the caller has read them already). ``on_done(done,
+    total)`` after every point. The rows written are checked (:func:`check_row`); the files are
+    rewritten as points finish and at the end, also when the loop is interrupted.
     """
     from distributed import as_completed
 
     todo = points(grid)
     done: dict[str, dict[str, Any]] = {}
     if resume:
-        done = {point_key(r): r for r in read_results(out) if "error" not in r}
+        done = dict(kept) if kept is not None else kept_rows(out, grid)[0]
     pending = [p for p in todo if point_key(p) not in done]
     total = len(todo)
+    finished = total - len(pending)
     if on_done is not None:
-        on_done(total - len(pending), total)
+        on_done(finished, total)
     futures = [client.submit(run_point, p, pure=False) for p in pending]
     by_future = dict(zip(futures, pending))
-    for future in as_completed(futures):
-        try:
-            row = future.result()
-        except Exception as exc:  # the worker died: still one named error for this point
-            row = {**by_future[future], "error": f"{type(exc).__name__}: {exc}"}
-        done[point_key(row)] = row
-        write_results(out, ordered(todo, done))
-        if on_done is not None:
-            on_done(total - len(pending) + sum(1 for f in futures if f.done()), total)
-    rows = ordered(todo, done)
-    write_results(out, rows)
+    last, cost = 0.0, 0.0
+    try:
+        for future in as_completed(futures):
+            point = by_future.pop(future)
+            try:
+                row = _result(point, future.result())
+            except Exception as exc:  # the worker died: still one named error for this point
+                row = {**point, "error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR]}
+            done[point_key(point)] = row
+            finished += 1
+            if time.monotonic() - last >= 10 * cost:  # writing costs at most a tenth of the time
+                started = time.monotonic()
+                write_results(out, ordered(todo, done))
+                last, cost = time.monotonic(), time.monotonic() - started
+            if on_done is not None:
+                on_done(finished, total)
+    finally:  # also on Ctrl-C or a lost scheduler: every row computed is on disk
+        rows = ordered(todo, done)
+        write_results(out, rows)
     return rows
 
 

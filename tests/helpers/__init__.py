@@ -5,6 +5,8 @@
 - ``rpc``: a report, a recording server on loopback, and raw dict surgery on wire messages.
 - ``sdn``: packet frames and the SDN HTTP API app called directly.
 - ``net``: free loopback ports.
+- ``etcd``: an in-memory etcd on a fake clock (and one that loses requests and answers), a pair of
+  controllers elected on it.
 - ``cli``: what a ``leveller`` command line parses to, its config file applied.
 - ``levels``: random pruner inputs at scale.
 - ``levels_oracle``: the pairwise-graph level assignment LEVELLER shipped first, the oracle of the fast one.

@@ -268,7 +268,7 @@ def argvs_mentioning(text: str) -> list[list[str]]:
 
 def demo_leftovers(name: str) -> dict[str, list[str]]:
     """What a demo-style run named ``name`` left behind: namespaces, processes, its run and work dirs."""
-    from leveller.demo.soak import leftovers
+    from leveller.experiments.shared.procstat import leftovers
 
     run_dir = Path("/run/leveller") / name
     return leftovers(name, [run_dir, run_dir.parent / f"{name}.work"])

@@ -80,6 +80,7 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(shim_build: Path, 
             h1.step(), h2.step()
             ctl.step(time.time())
             assert h1.step().ok and h2.step().ok
+            assert enforcer.wait_idle(10)  # the shims are told from the enforcer's own threads
 
         wait_wire(run.log, [a], 0)  # streaming at the application's class
         cycle()  # equal R: gpt (earlier start, the registry's tie-break) ranks first -> level 1
@@ -107,6 +108,7 @@ def test_level_changes_reach_the_qps_as_traffic_class_changes(shim_build: Path, 
         assert enforcer.errors == []
 
         h1.enforcer.clear()  # what Agent.run does on the way out (and the lease expiry)
+        assert enforcer.wait_idle(10)
         assert {q.qp: q.tc for q in client.list_qps()} == {a: 0, b: 0}
         wait_wire(run.log, [a], 0)
         qps = {q.qp: q for q in client.list_qps()}
@@ -135,12 +137,14 @@ def test_qps_of_an_agent_that_stops_talking_fall_back_when_its_lease_ends(shim_b
     try:
         a, b = run.ids["qp_a"], run.ids["qp_b"]
         flows = ShimFlows(sockets=lambda: [run.sock])
+        enforcer = ShimEnforcer(flows)
         agent = Agent("h1", [(LogTailer(str(log)), RateTracker())], ControllerClient(f"127.0.0.1:{port}", SECRET),
-                      ShimEnforcer(flows), flows=flows, classifier=flows, ideal_times={"gpt": 1.0})
+                      enforcer, flows=flows, classifier=flows, ideal_times={"gpt": 1.0})
         assert agent.step().ok
         ctl.step(time.time())
         decided = time.monotonic()
         assert agent.step().ok
+        assert enforcer.wait_idle(10)
         client = shim_control.ShimClient(run.sock)
         assert {q.qp: q.tc for q in client.list_qps()} == {a: top_tc, b: top_tc}
         # from here on the agent is gone: no report, no clear

@@ -1,16 +1,19 @@
 """Live: the agent as deploy/systemd/leveller-agent.service runs it. Its ExecStart (the installed
 executable replaced by this venv's, the --config file by one for a veth testbed) is started through
 `setpriv` with exactly the unit's CapabilityBoundingSet / AmbientCapabilities and NoNewPrivileges,
-the rest dropped, as systemd does for a root service with those lines: the running agent holds
-those capabilities and nothing else, a controller ranks its job, and the job's packets carry their
+the rest dropped, as systemd does for a root service with those lines, and under a seccomp filter
+equivalent to the unit's SystemCallFilter (tests/helpers/seccomp.py; any other system call kills
+it): the running agent holds those capabilities and nothing else, stays within the unit's
+MemoryMax and TasksMax, a controller ranks its job, and the job's packets carry their
 DSCP on the wire; a clean stop (the unit's KillSignal) removes its filter. Without one of the
 capabilities the unit grants for the datapath (CAP_BPF, CAP_NET_ADMIN) the agent exits at once,
 nonzero, saying what failed, and leaves nothing attached.
 
 The agent runs inside the sender's namespace (`ip netns exec` before the capabilities are
 dropped), as a unit's agent runs in its host's namespace: --netns would need CAP_SYS_ADMIN (setns),
-which the unit does not grant. Capabilities only: the unit's other sandboxing (ProtectSystem, ...)
-is checked by systemd-analyze (tests/unit/test_systemd_units.py), not reproduced here."""
+which the unit does not grant. Capabilities, the system call filter and the memory and task bounds
+only: the unit's other sandboxing (ProtectSystem, ...) is checked by systemd-analyze
+(tests/unit/test_systemd_units.py), not reproduced here."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from configparser import ConfigParser, SectionProxy
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import seccomp
 
 from .support import DSCP_TOP, JOB_PORT, SECRET, Proc, job_on_the_wire, wait_until
 
@@ -81,12 +86,25 @@ def proc_caps(pid: int) -> dict[str, object]:
 
 
 def running_python(pid: int) -> bool:
-    """The process runs Python (`ip netns exec` and setpriv exec their command, no fork: the pid is
-    the agent's once it got there)."""
+    """The process runs the venv's Python (`ip netns exec`, the seccomp launcher and setpriv exec their
+    command, no fork: the pid is the agent's once it got there)."""
     try:
-        return os.readlink(f"/proc/{pid}/exe").rsplit("/", 1)[-1].startswith("python")
+        return os.readlink(f"/proc/{pid}/exe") == os.path.realpath(sys.executable)
     except OSError:
         return False
+
+
+def status_field(pid: int, name: str) -> int:
+    """A number of /proc/PID/status (VmHWM in kB, Threads, Seccomp)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def size_bytes(value: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
 
 
 def unit_argv(config: Path, bounding: set[str], ambient: set[str]) -> list[str]:
@@ -105,8 +123,11 @@ def unit_argv(config: Path, bounding: set[str], ambient: set[str]) -> list[str]:
     def spec(caps: set[str]) -> str:
         return ",".join(["-all", *(f"+{c.removeprefix('CAP_').lower()}" for c in sorted(caps))])
 
-    return [setpriv, "--no-new-privs", f"--inh-caps={spec(bounding)}", f"--ambient-caps={spec(ambient)}",
+    argv = [setpriv, "--no-new-privs", f"--inh-caps={spec(bounding)}", f"--ambient-caps={spec(ambient)}",
             f"--bounding-set={spec(bounding)}", "--", str(leveller), "agent", "--config", str(config)]
+    why = seccomp.available()
+    assert why is None, f"the unit's SystemCallFilter cannot be applied here: {why}"
+    return seccomp.filtered(svc["SystemCallFilter"], argv)  # any other system call kills the agent (SIGSYS)
 
 
 def write_config(tmp: Path, dev: str, log: Path, controller: str) -> Path:
@@ -145,6 +166,12 @@ def test_the_agent_with_only_its_units_capabilities_marks_the_jobs_packets(tmp_p
             assert ag.alive() and proc_caps(ag.p.pid) == caps  # nothing regained on the way
             # the CO-RE object passes the verifier with these capabilities alone (no CAP_PERFMON, CAP_SYS_ADMIN)
             assert "eBPF datapath loaded with libbpf" in ag.output(), ag.output()
+            # under the unit's SystemCallFilter (seccomp mode 2) and well within its MemoryMax and TasksMax
+            svc = service()
+            assert status_field(ag.p.pid, "Seccomp") == 2
+            peak = status_field(ag.p.pid, "VmHWM") << 10
+            assert peak < size_bytes(svc["MemoryMax"]) // 2, f"peak RSS {peak >> 20} MiB"
+            assert status_field(ag.p.pid, "Threads") < int(svc["TasksMax"]) // 4
             assert ag.interrupt() == 0, ag.output()
         assert attached_filters(pair.if_a, pair.ns_a) == [] and not has_clsact(pair.if_a, pair.ns_a)
 

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from leveller.demo.live import LiveSettings
-from leveller.demo.orchestrate import run_demo
+from leveller.experiments.demo.orchestrate import run_demo
+from leveller.experiments.shared.policy_run import LiveSettings
 
 pytestmark = pytest.mark.privileged
 

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from leveller.core.qos import default_level_map, tc_dscp_filters
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.scenario import LEVELS, plan
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.policy_run import LiveSettings, run_policy
+from leveller.experiments.shared.star import LEVELS
 from tests.integration.support import free_port
 
 pytestmark = pytest.mark.privileged

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.chaos import marker_programs
+from leveller.experiments.chaos.run import marker_programs
 from tests.integration.support import demo_leftovers
 
 pytestmark = pytest.mark.privileged

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.soak import role_of
+from leveller.experiments.shared.procstat import role_of
 from tests.integration.support import demo_leftovers, stop_gracefully, wait_until
 
 pytestmark = pytest.mark.privileged

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from leveller.core.qos import DEFAULT_FLOOR, default_level_map
-from leveller.demo.tcpstats import read_counters
+from leveller.experiments.shared.tcpstats import read_counters
 from leveller.testbed.traffic import iperf_client, iperf_server
 
 from .support import dumbbell_testbed, wait_listening

@@ -1,6 +1,7 @@
 """Live: `leveller agent --phase-demotion --rto-min-ms 10` on a real job between two namespaces, with a
-controller: the job's packets get their level, the route toward the job's peer gets the lower RTO minimum,
-and when the agent is SIGKILLed the route gets its old metrics back and the keeper is gone."""
+controller: the job's packets get their level, a host route toward the job's peer gets the lower RTO minimum
+(the subnet's route is left as it was), and when the agent is SIGKILLed the host route and the keeper are
+gone."""
 
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ def route_metrics(ns: str, network: str) -> dict[str, int]:
     raise AssertionError(f"no route to {network} in {ns}")
 
 
+def host_routes(ns: str) -> dict[str, dict[str, int]]:
+    """The keeper's host routes in ``ns`` (protocol 76): destination -> metrics."""
+    from pyroute2 import NetNS
+
+    from leveller.agent.rto_min import RTPROT_LEVELLER
+
+    with NetNS(ns, flags=0) as ipr:
+        return {m.get_attr("RTA_DST"): dict((m.get_attr("RTA_METRICS") or {"attrs": []})["attrs"])
+                for m in ipr.route("dump", family=2, proto=RTPROT_LEVELLER)}
+
+
 def keepers(ns: str) -> list[int]:
     """Pids of route keepers working in ``ns``."""
     out = []
@@ -63,9 +75,10 @@ def test_the_agent_tunes_the_route_toward_its_job_peer_and_its_death_puts_it_bac
             wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
                        lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
                        f"controller: {ctl.output()}")
-            wait_until(lambda: route_metrics(pair.ns_a, network).get("RTAX_RTO_MIN") == 10, 20,
-                       lambda: f"the route toward {pair.ip_b} tuned: {route_metrics(pair.ns_a, network)} "
-                       f"agent: {ag.output()}")
+            peer = str(pair.ip_b)
+            wait_until(lambda: host_routes(pair.ns_a).get(peer, {}).get("RTAX_RTO_MIN") == 10, 20,
+                       lambda: f"a host route toward {peer}: {host_routes(pair.ns_a)} agent: {ag.output()}")
+            assert route_metrics(pair.ns_a, network) == {}
             lines = json_lines(tmp_path / "agent.out")
             assert lines and all("held" in line for line in lines)
             running = keepers(pair.ns_a)
@@ -73,7 +86,7 @@ def test_the_agent_tunes_the_route_toward_its_job_peer_and_its_death_puts_it_bac
             ag.p.send_signal(signal.SIGKILL)
             ag.p.wait(10)
             killed = time.monotonic()
-            wait_until(lambda: route_metrics(pair.ns_a, network) == {}, 10,
-                       lambda: f"the route put back after the agent died: {route_metrics(pair.ns_a, network)}")
+            wait_until(lambda: host_routes(pair.ns_a) == {}, 10,
+                       lambda: f"the host route deleted after the agent died: {host_routes(pair.ns_a)}")
             wait_until(lambda: not keepers(pair.ns_a), 10, "the keeper exits")
             assert time.monotonic() - killed < 1.5  # well within the controller's lease (1.5 s)

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from leveller.core.topology import topology_from_dict
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.measure import job_bytes, overlap_share, sending
-from leveller.demo.scenario import LiveJob, topology_dict
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.shared.measure import job_bytes, overlap_share, sending
+from leveller.experiments.shared.policy_run import LiveSettings, run_policy
+from leveller.experiments.shared.star import topology_dict
 from leveller.model.shape import JobShape
 
 pytestmark = pytest.mark.privileged

@@ -1,5 +1,5 @@
 """Controllers on etcd under faults, with real processes end to end: three etcd members in a network
-namespace of their own (leveller.demo.chaos_ha.EtcdNetns), two `leveller controller --etcd`, an agent
+namespace of their own (leveller.experiments.chaos.ha.EtcdNetns), two `leveller controller --etcd`, an agent
 marking a real job's packets with its eBPF datapath (DSCP captured on the wire) and a second agent
 without a datapath (both log every leader epoch they apply, leveller.agent.fencing).
 
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from leveller.agent.fencing import APPLIED_FORMAT
-from leveller.demo.chaos_ha import EtcdNetns
+from leveller.experiments.chaos.ha import EtcdNetns
 
 from .support import DSCP_TOP, ENV, JOB_PORT, Proc, free_port, job_on_the_wire, json_lines, leveller_proc, wait_until
 

@@ -30,9 +30,10 @@ from pathlib import Path
 import pytest
 
 from leveller.core.topology import topology_from_dict
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.scenario import RECEIVER, LiveJob, topology_dict
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.shared.policy_run import LiveSettings, run_policy
+from leveller.experiments.shared.star import RECEIVER, topology_dict
 from leveller.model.shape import JobShape
 from leveller.testbed.cluster import port_name
 from sdn.client import SdnClient

@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from leveller.bench.recovery import RateMode
-from leveller.demo.recovery import STARVED_JOB, LiveRecoverySetup, live_recovery, summary
+from leveller.experiments.recovery.run import STARVED_JOB, LiveRecoverySetup, live_recovery, summary
 
 pytestmark = pytest.mark.privileged
 

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from leveller.demo.cluster import DemoCluster
-from leveller.demo.live import LiveSettings, run_policy
-from leveller.demo.scenario import plan
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.policy_run import LiveSettings, run_policy
 
 pytestmark = pytest.mark.privileged
 

@@ -82,7 +82,7 @@ def test_a_bad_line_is_skipped_counted_and_the_good_job_keeps_its_level(
     assert agent.rejected is not None and dict(agent.rejected.counts) == {field: 1}
     assert any(f"{field}:" in r.getMessage() for r in caplog.records), caplog.text  # logged, naming the field
     text = generate_latest(metrics.registry).decode()
-    assert f'leveller_agent_rejected_total{{field="{field}"}} 1.0' in text
+    assert f'leveller_agent_rejected_total{{field="{field}",reason="invalid"}} 1.0' in text
 
     controller.step(time.time())
     second = agent.step()

@@ -1,10 +1,11 @@
-"""The chaos experiment's schedule parsing and verdicts on literal timelines (leveller.demo.chaos_check)."""
+"""The chaos experiment's schedule parsing and verdicts on literal timelines (leveller.experiments.chaos.check)."""
 
 from __future__ import annotations
 
 import pytest
 
-from leveller.demo.chaos_check import (
+from leveller.errors import UserError
+from leveller.experiments.chaos.check import (
     DEFAULT_SCHEDULE,
     Fault,
     Segment,
@@ -15,7 +16,6 @@ from leveller.demo.chaos_check import (
     stale_marks,
     takeover,
 )
-from leveller.errors import UserError
 
 HOSTS = ("h1", "h2", "h4")
 

@@ -1,4 +1,4 @@
-"""The chaos experiment's controllers on etcd, the parts that need no root (leveller.demo.chaos_ha):
+"""The chaos experiment's controllers on etcd, the parts that need no root (leveller.experiments.chaos.ha):
 the agents are given every controller, decisions are read from the controllers' --json lines."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from leveller.cli import build_parser
-from leveller.demo.chaos_ha import EtcdNetns, HaSet, decision_times
-from leveller.demo.live import LiveSettings
+from leveller.experiments.chaos.ha import EtcdNetns, HaSet, decision_times
+from leveller.experiments.shared.policy_run import LiveSettings
 
 
 def test_the_agents_get_every_controller_and_the_last_controller_option_wins() -> None:

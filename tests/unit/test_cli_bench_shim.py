@@ -34,6 +34,10 @@ def test_a_short_run_measures_every_change_and_delivers_every_message() -> None:
     (["--changes", "0"], "--changes=0: allowed is 1..100000"),
     (["--window", "2000"], "--window=2000: allowed is 1..1024"),
     (["--size", "4"], "--size=4: allowed is 8..1048576"),
+    (["--hostile", "300"], "--hostile=300: allowed is 1..256"),
+    (["--hostile", "1", "--duration", "1"], "--duration=1: allowed is 2..3600"),
+    (["--hostile", "1", "--tau", "0"], "--tau=0: allowed is 0.1..10"),
+    (["--hostile", "1", "--lease", "0.5"], "--lease=0.5: allowed is more than --tau (1)"),
 ])
 def test_out_of_range_arguments_are_refused_before_anything_is_built(argv: list[str], needle: str) -> None:
     res = bench(*argv)

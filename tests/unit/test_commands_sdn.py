@@ -52,3 +52,15 @@ def test_of_tls_files_are_checked(tmp_path: Path) -> None:
 def test_the_cli_refuses_of_host_beyond_loopback_without_of_allow(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sdn", "--topology", "dumbbell", "--of-host", "0.0.0.0"]) == 2
     assert "--of-allow" in capsys.readouterr().err
+
+
+def test_the_api_header_deadline_is_checked_and_reaches_the_server() -> None:
+    from leveller.commands.sdn import check_args
+    from sdn.httpd import Limits
+
+    assert _sdn_args().api_header_timeout == 2.0 < _sdn_args().api_timeout
+    for bad in (0, -1, 4000):
+        with pytest.raises(UserError, match=f"--api-header-timeout = {bad}: must be in"):
+            check_args(_sdn_args(api_header_timeout=bad))
+    with pytest.raises(ValueError, match="invalid HTTP limits"):
+        Limits(header_timeout_s=0)

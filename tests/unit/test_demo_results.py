@@ -5,11 +5,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leveller.core.topology import topology_from_dict
-from leveller.demo.measure import ideal_from_alone, measured_rate, parse_logs, rate_series, top_job_changes
-from leveller.demo.plots import top_spans
-from leveller.demo.results import RunResult, acceptance, json_doc, table_rows
-from leveller.demo.scenario import plan, topology_dict
 from leveller.errors import UserError
+from leveller.experiments.demo.plot import top_spans
+from leveller.experiments.demo.results import RunResult, acceptance, json_doc, table_rows
+from leveller.experiments.demo.scenario import plan
+from leveller.experiments.shared.measure import (
+    ideal_from_alone,
+    measured_rate,
+    parse_logs,
+    rate_series,
+    top_job_changes,
+)
+from leveller.experiments.shared.star import topology_dict
 from leveller.model.shape import JobShape
 
 
@@ -136,7 +143,7 @@ def test_demo_jobs_count_frame_headers_and_clamp_their_window() -> None:
 
 
 def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:
-    from leveller.demo.cluster import DemoCluster
+    from leveller.experiments.shared.cluster import DemoCluster
 
     first, second = DemoCluster("dx", tmp_path / "run"), DemoCluster("dx", tmp_path / "run")
     first._lock()

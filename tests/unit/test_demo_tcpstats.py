@@ -1,8 +1,8 @@
-"""nstat's JSON read into the run's TCP counters (leveller.demo.tcpstats)."""
+"""nstat's JSON read into the run's TCP counters (leveller.experiments.shared.tcpstats)."""
 
 from __future__ import annotations
 
-from leveller.demo.tcpstats import difference, parse_nstat
+from leveller.experiments.shared.tcpstats import difference, parse_nstat
 
 
 def test_parse_nstat_names_the_two_counters_and_zero_fills() -> None:

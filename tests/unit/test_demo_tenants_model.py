@@ -1,11 +1,11 @@
-"""The fluid model of a live tenants run (leveller.demo.tenants_model): same jobs, same links."""
+"""The fluid model of a live tenants run (leveller.experiments.tenants.model): same jobs, same links."""
 
 from __future__ import annotations
 
 import pytest
 
-from leveller.demo.scenario import LiveJob
-from leveller.demo.tenants import dumbbell, fig9_tenants
+from leveller.experiments.shared.jobs import LiveJob
+from leveller.experiments.tenants.plan import dumbbell, fig9_tenants
 from leveller.model.shape import JobShape
 
 
@@ -24,7 +24,7 @@ def test_a_live_ring_alone_takes_compute_plus_its_communication_in_the_model() -
     net = Network("t", topo, {h.name: (h.name,) for h in topo.hosts}, 1)
     res = Simulation(net, [JobSpec("a", job.hosts, 0.3, volume)], make_net_policy("fair"), 2, 20.0).run()
     assert res.jobs[0].ideal == pytest.approx(0.8, rel=1e-6)  # the bytes as given: 2(W-1)/W = 1 for W = 2
-    from leveller.demo.tenants_model import model_rates
+    from leveller.experiments.tenants.model import model_rates
 
     assert model_rates(topo, [job], "fair", 2, 20.0) == {"a": pytest.approx(1.0, abs=0.05)}
 
@@ -32,7 +32,7 @@ def test_a_live_ring_alone_takes_compute_plus_its_communication_in_the_model() -
 def test_a_three_host_ring_gives_the_simulator_bytes_that_put_the_live_volume_on_each_link() -> None:
     """Live: every rank sends M x rate / 8 = 0.6 x 25e6 / 8 = 1,875,000 bytes to its successor; the
     simulator's ring all-reduce puts 2(W-1)/W = 4/3 x bytes on each link, so bytes = 1,406,250."""
-    from leveller.demo.tenants_model import model_specs
+    from leveller.experiments.tenants.model import model_specs
 
     job = LiveJob("b", ("h1", "h2", "h4"), JobShape(0.2, 0.6, slack=0.2), 22000, pattern="ring", rate_mbps=25.0)
     spec = model_specs([job])[0]
@@ -45,7 +45,7 @@ def test_a_three_host_ring_gives_the_simulator_bytes_that_put_the_live_volume_on
 
 
 def test_figure_9_in_the_model_levels_the_jobs_above_fair_and_crux() -> None:
-    from leveller.demo.tenants_model import model_rates
+    from leveller.experiments.tenants.model import model_rates
 
     topo = dumbbell(25.0)
     jobs = [t.job(25.0) for t in fig9_tenants()]

@@ -92,7 +92,7 @@ def setup(qps: list[QpInfo], tmp_path: Path) -> tuple[FakeShim, ShimFlows, ShimE
     shim = FakeShim(qps)
     flows = ShimFlows(sockets=lambda: [sock], base=Classifier(ports=(parse_port_rule("bert=48000"),)),
                       client=shim.client)
-    return shim, flows, ShimEnforcer(flows)
+    return shim, flows, ShimEnforcer(flows, clock=lambda: 100.0)  # a still clock: leases as given
 
 
 def key(n: int) -> FlowKey:
@@ -120,12 +120,16 @@ def test_only_changed_qps_are_rebuilt_and_clear_restores_the_original_class(tmp_
     flows.read_flows()
     tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
     enf.apply({key(1): 8, key(2): 8, tcp: 8}, 3.0)  # the TCP flow is not the shim's
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 32, 2: 32} and len(shim.calls) == 2
     enf.apply({key(1): 8, key(2): 0}, 3.0)
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 32, 2: 0} and shim.calls[2:] == [(2, 0)]  # QP 1 untouched
     enf.apply({key(2): 16}, 3.0)  # QP 1 no longer levelled: back to the application's class
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 96, 2: 64}
     enf.clear()
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 96, 2: 0} and enf.current == {}
 
 
@@ -134,10 +138,12 @@ def test_a_failed_change_keeps_the_old_class_is_reported_and_retried(tmp_path: P
     flows.read_flows()
     shim.fail = {1}
     enf.apply({key(1): 8, key(2): 8}, 3.0)
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 0, 2: 32}
     assert len(enf.errors) == 1 and "QP 1" in enf.errors[0] and "RTR" in enf.errors[0]
     shim.fail = set()
     enf.apply({key(1): 8, key(2): 8}, 3.0)
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 32, 2: 32} and enf.errors == []
     assert shim.calls[-1] == (1, 32)
 
@@ -146,9 +152,11 @@ def test_a_vanished_shim_process_is_forgotten(tmp_path: Path) -> None:
     shim, flows, enf = setup([qp(1, pid=2**22 + 12345)], tmp_path)  # a pid that does not exist
     flows.read_flows()
     enf.apply({key(1): 8}, 3.0)
+    assert enf.wait_idle(5)
     shim.gone = True
     assert flows.read_flows() == {} and flows.errors
     enf.clear()  # cannot reach it, and the process is gone: nothing left to restore
+    assert enf.wait_idle(5)
     assert enf.current == {} and enf.errors == []
 
 
@@ -171,8 +179,10 @@ def test_split_enforcer_sends_qp_flows_to_the_shim_and_the_rest_to_the_datapath(
     split = SplitEnforcer(enf, other)
     tcp = flow_key("10.0.0.1", "10.0.0.3", 40000, 48000)
     split.apply({key(1): 8, tcp: 16}, 3.0)
+    assert split.shim.wait_idle(5)
     assert other.marks == {tcp: 16} and shim.tc == {1: 32}
     split.clear()
+    assert split.shim.wait_idle(5)
     assert other.cleared == 1 and shim.tc == {1: 0}
 
 
@@ -193,6 +203,7 @@ def test_add_shim_extends_an_agents_flows_enforcer_and_classifier(tmp_path: Path
     assert set(seen) == {key(1), tcp}
     assert classifier.job_of(key(1), seen[key(1)]) == "gpt" and classifier.job_of(tcp, seen[tcp]) == "bert"
     enforcer.apply({key(1): 8, tcp: 8}, 3.0)
+    assert enforcer.shim.wait_idle(5)
     assert shim.tc == {1: 32} and other.marks == {tcp: 8}
 
 
@@ -200,8 +211,10 @@ def test_every_change_carries_the_lease_and_each_apply_renews_it(tmp_path: Path)
     shim, flows, enf = setup([qp(1), qp(2)], tmp_path)
     flows.read_flows()
     enf.apply({key(1): 8, key(2): 8}, 1.5)
+    assert enf.wait_idle(5)
     assert shim.leases == [1500, 1500] and shim.armed  # both changes armed the shim's lease
     enf.apply({key(1): 8, key(2): 8}, 0.25)  # nothing to change: the lease alone is renewed
+    assert enf.wait_idle(5)
     assert shim.leases[2:] == [250] and len(shim.calls) == 2
 
 
@@ -209,10 +222,13 @@ def test_after_the_shims_lease_ran_out_the_next_apply_sets_the_classes_again(tmp
     shim, flows, enf = setup([qp(1, tc=96)], tmp_path)
     flows.read_flows()
     enf.apply({key(1): 8}, 1.0)
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 32}
     shim.expire()  # the agent was late: the shim put the QP back on its own
     assert shim.tc == {1: 96}
     enf.apply({key(1): 8}, 1.0)  # same levels: the QP must be changed again, not assumed changed
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 32} and shim.calls[-1] == (1, 32)
     enf.clear()
+    assert enf.wait_idle(5)
     assert shim.tc == {1: 96} and shim.leases[-1] == 0 and enf.current == {}

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.demo.tenants import (
+from leveller.errors import UserError
+from leveller.experiments.tenants.plan import (
     MAX_HOSTS,
     MAX_S,
     MIN_HOSTS,
@@ -31,7 +32,6 @@ from leveller.demo.tenants import (
     place,
     scale_model,
 )
-from leveller.errors import UserError
 
 TOPO = leafspine(4)
 

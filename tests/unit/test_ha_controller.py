@@ -4,12 +4,9 @@ that takes the state over (no re-profiling, no replay), and guarded writes of a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from leveller.controller.ha import HaController
-from leveller.controller.hastate import Op
 from leveller.controller.leadership import NotLeader
 from leveller.controller.paths import SingleLinkPaths
 from leveller.controller.service import Controller
@@ -17,101 +14,11 @@ from leveller.core.policies import make_policy
 from leveller.core.qos import default_level_map
 from leveller.model.flow import flow_key
 from leveller.model.messages import FlowReport, JobReport, Report
-from leveller.rpc.replay import ReplayError, ReplayGuard
+from leveller.rpc.replay import ReplayError
+from tests.helpers.etcd import FakeEtcd, pair
 
 FA = flow_key("10.0.0.1", "10.0.0.3", 40000, 47000)
 RUN = "ab" * 8
-
-
-class FakeEtcd:
-    """Keys with create revisions, leases that expire on a fake monotonic clock, and an outage switch."""
-
-    def __init__(self, now: list[float]) -> None:
-        self.now, self.rev, self.down = now, 1, False
-        self.kv: dict[str, tuple[bytes, int, int | None]] = {}  # key -> (value, create revision, lease)
-        self.leases: dict[int, tuple[float, int]] = {}  # id -> (expires at, ttl)
-        self._ids = 100
-
-    def _tick(self) -> None:
-        if self.down:
-            raise ConnectionError("etcd down")
-        for lease, (until, _) in list(self.leases.items()):
-            if self.now[0] >= until:
-                self._drop(lease)
-
-    def _drop(self, lease: int) -> None:
-        del self.leases[lease]
-        for k in [k for k, v in self.kv.items() if v[2] == lease]:
-            del self.kv[k]
-            self.rev += 1
-
-    def grant(self, ttl_s: int) -> tuple[int, int]:
-        self._tick()
-        self._ids += 1
-        self.leases[self._ids] = (self.now[0] + ttl_s, ttl_s)
-        return self._ids, ttl_s
-
-    def keepalive(self, lease: int) -> int:
-        self._tick()
-        if lease not in self.leases:
-            return -1
-        ttl = self.leases[lease][1]
-        self.leases[lease] = (self.now[0] + ttl, ttl)
-        return ttl
-
-    def revoke(self, lease: int) -> None:
-        self._tick()
-        if lease in self.leases:
-            self._drop(lease)
-
-    def campaign(self, key: str, value: bytes, lease: int) -> tuple[bool, int, bytes | None]:
-        self._tick()
-        if key in self.kv:
-            v, created, _ = self.kv[key]
-            return False, created, v
-        self.rev += 1
-        self.kv[key] = (value, self.rev, lease)
-        return True, self.rev, value
-
-    def get(self, key: str) -> tuple[bytes, int] | None:
-        self._tick()
-        return (self.kv[key][0], self.kv[key][1]) if key in self.kv else None
-
-    def get_prefix(self, prefix: str) -> dict[str, bytes]:
-        self._tick()
-        return {k: v[0] for k, v in self.kv.items() if k.startswith(prefix)}
-
-    def put(self, key: str, value: bytes, lease: int | None = None) -> None:
-        self._tick()
-        self.rev += 1
-        created = self.kv[key][1] if key in self.kv else self.rev
-        self.kv[key] = (value, created, lease)
-
-    def guarded_write(self, guard_key: str, epoch: int, ops: Sequence[Op]) -> bool:
-        self._tick()
-        if guard_key not in self.kv or self.kv[guard_key][1] != epoch:
-            return False
-        self.rev += 1
-        for op in ops:
-            if op.value is None:
-                self.kv.pop(op.key, None)
-            else:
-                self.kv[op.key] = (op.value, self.kv.get(op.key, (b"", self.rev, None))[1], None)
-        return True
-
-
-def pair(ttl: int = 2) -> tuple[FakeEtcd, list[float], list[float], list[HaController], list[ReplayGuard]]:
-    mono, wall = [0.0], [1000.0]
-    etcd = FakeEtcd(mono)
-    has, guards = [], []
-    for name in ("a", "b"):
-        ctl = Controller(SingleLinkPaths(), make_policy("leveller"), default_level_map(2), tau_s=0.5, lease_s=2 * ttl,
-                         monotonic=lambda: mono[0])
-        guard = ReplayGuard()
-        has.append(HaController(ctl, etcd, name, f"{name}:50051", ttl, replay=guard, clock=lambda: wall[0],
-                                monotonic=lambda: mono[0]))
-        guards.append(guard)
-    return etcd, mono, wall, has, guards
 
 
 def report(host: str = "h1", ideal: float | None = None) -> Report:
@@ -300,3 +207,59 @@ def test_a_new_leader_turns_every_poll_during_its_first_tau_then_every_tau() -> 
     a.elect_once()
     assert a.period(a.may_decide()) == 0.5
     assert a.period(False) == 0.1  # not leading (any more): poll
+
+
+def test_eight_hundred_job_weights_do_not_stop_the_state_writes() -> None:
+    """Weights too many for one record go in parts: written, and a successor has every one."""
+    etcd, mono, wall, (a, b), _ = pair()
+    weights = {f"w{i:05d}-" + "x" * 57: 1.0 + i / 7 for i in range(800)}
+    a.elect_once()
+    a.controller.registry.weights.update(weights)
+    assert a.save() > 1
+    a.close()
+    b.elect_once()
+    assert b.may_decide() and b.controller.registry.weights == weights
+
+
+def test_records_left_out_are_logged_once_counted_and_shown(monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import CollectorRegistry
+
+    import leveller.controller.hastate as hastate
+    from leveller.controller.ha import HaMetrics
+
+    monkeypatch.setattr(hastate, "MAX_JOBS", 1)
+    etcd, mono, wall, (a, _), _ = pair()
+    registry = CollectorRegistry()
+    a.metrics = HaMetrics(registry)
+    a.elect_once()
+    a.controller.report(report(), wall[0])
+    a.controller.report(Report("h2", (JobReport("k", 10, 900.0, None),), ()), wall[0])
+    with caplog.at_level("ERROR", "leveller.controller.ha"):
+        assert a.save() == 1 and a.save() == 0
+    said = [r.getMessage() for r in caplog.records if "not written" in r.getMessage()]
+    assert said == ["state not written to etcd: /leveller/state/: 1 of 2 jobs left out (at most 1)"]
+    assert registry.get_sample_value("leveller_ha_state_left_out") == 1
+    assert a.status(wall[0])["ha"]["state_left_out"] == ["/leveller/state/: 1 of 2 jobs left out (at most 1)"]
+
+
+def test_a_hostile_record_in_etcd_is_refused_and_the_successor_leads_with_the_others() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from leveller.controller.ha import HaMetrics
+
+    etcd, mono, wall, (a, b), _ = pair()
+    etcd.put("/leveller/state/jobs/j", b'{"ideal":0.5,"in_use":0.5,"work_base":2.0,"iter_base":4,"first_seen":900}')
+    etcd.put("/leveller/state/jobs/k", b'{"ideal":1' + b"0" * 400 + b',"in_use":null,"work_base":0,"iter_base":0,'
+             b'"first_seen":0}')
+    etcd.put("/leveller/state/weights", b"[" * 30000 + b"]" * 30000)
+    registry = CollectorRegistry()
+    b.metrics = HaMetrics(registry)
+    b.elect_once()
+    assert b.may_decide()
+    assert b.controller.registry.jobs["j"].profiler.ideal == 0.5 and "k" not in b.controller.registry.jobs
+    assert registry.get_sample_value("leveller_ha_state_refused_total") == 2
+    b.controller.report(report(), wall[0])
+    b.controller.step(wall[0])
+    assert b.save() >= 1  # the bad records are rewritten from what b knows (or removed)
+    assert "/leveller/state/jobs/k" not in etcd.kv and "/leveller/state/weights" not in etcd.kv

@@ -164,3 +164,79 @@ def test_every_change_of_the_applied_epoch_is_logged_once(caplog: pytest.LogCapt
     pattern = re.compile(APPLIED_FORMAT.replace("%d", r"(\d+)").replace("%.6f", r"([0-9.]+)"))
     found = [pattern.fullmatch(r.getMessage()) for r in caplog.records]
     assert [(float(m[2]), int(m[1])) for m in found if m] == [(1.5, 2), (3.25, 5)] and len(found) == 2
+
+
+# ---- etcd restored or replaced: epochs start again lower ----------------------------------------------
+
+def aged(leader: int, decision: int, age: float, lease: float = 3.0) -> LevelsReply:
+    return LevelsReply(decision, lease, DSCP, (FlowLevel(A, "a", leader % 4),), age, leader_epoch=leader)
+
+
+def test_after_an_etcd_restore_a_lower_epoch_decided_later_is_followed_at_its_first_report() -> None:
+    """Leader epoch 50 heard at 100 s; etcd restored from an older snapshot, the new leader (epoch 7)
+    decides at 112 s and answers the report at 112.2 s: applied at once, and from then on the fence is
+    at 7 (6 refused, 8 applied)."""
+    from leveller.agent.metrics import AgentMetrics
+
+    agent, client, enforcer, now = make_agent()
+    agent.metrics = AgentMetrics()
+    client.next = aged(50, 1, 0.0)
+    assert agent.step().leader_epoch == 50
+    now[0] = 112.2
+    client.next = aged(7, 1, 0.2)
+    r = agent.step()
+    assert r.ok and r.leader_epoch == 7 and agent.marks == {A: DSCP[7 % 4]}
+    assert agent.fence.resets == 1 and agent.fence.newest == 7
+    assert agent.metrics.registry.get_sample_value("leveller_agent_fence_resets_total") == 1
+    client.next = aged(6, 9, 0.0)
+    assert agent.step().leader_epoch == 7 and agent.fence.refused == 1
+    client.next = aged(8, 1, 0.0)
+    assert agent.step().leader_epoch == 8
+
+
+def test_a_restore_soon_after_the_newest_epoch_is_followed_half_a_lease_after_it() -> None:
+    agent, client, enforcer, now = make_agent()
+    client.next = aged(50, 1, 0.0)
+    agent.step()
+    for t, applied in ((100.5, False), (101.4, False), (101.6, True)):  # lease 3 s: after 1.5 s
+        now[0] = t
+        client.next = aged(7, 1, 0.0)
+        assert (agent.step().leader_epoch == 7) is applied, t
+
+
+def test_no_reset_by_a_push_by_a_lone_controller_or_a_decision_made_early() -> None:
+    agent, client, enforcer, now = make_agent()
+    client.next = aged(50, 1, 0.0)
+    agent.step()
+    now[0] = 200.0
+    agent.apply_pushed(aged(7, 1, 0.0))  # a push's arrival says nothing about when it was decided
+    client.next = aged(0, 1, 0.0)  # a lone controller (no --etcd)
+    agent.step()
+    client.next = aged(7, 1, 100.0)  # decided at 100 s, when 50 was first heard: a deposed leader's
+    agent.step()
+    assert agent.fence.newest == 50 and agent.fence.resets == 0 and DSCP[7 % 4] not in enforcer.applied
+
+
+# one etcd history: leader k (epochs in election order) leads over [k, k + 1) s and decides only then;
+# each message: (leader 0-4, when in its term 0-1, delivered how long after (0-3 s), by push or report)
+history = st.lists(st.tuples(st.integers(0, 4), st.floats(0, 0.999), st.floats(0, 3), st.booleans()),
+                   min_size=1, max_size=25)
+
+
+@settings(max_examples=300)
+@given(history)
+def test_within_one_etcd_history_no_late_reply_resets_the_fence(script: list[tuple[int, float, float, bool]]) -> None:
+    """Replies arrive in any order and late (a report's reply left when the request did: its decision age
+    is honest; a push may arrive any time later): a lower epoch is never applied after a higher one."""
+    agent, client, enforcer, now = make_agent()
+    epochs = (3, 9, 10, 40, 41)
+    events = sorted((k + 0.0 + at + delay, k, k + at, pushed) for k, at, delay, pushed in script)
+    for arrives, k, decided, pushed in events:
+        now[0] = 100.0 + arrives
+        if pushed:
+            agent.apply_pushed(aged(epochs[k], 1, arrives - decided))
+        else:
+            client.next = aged(epochs[k], 1, arrives - decided)
+            agent.step()
+    applied = [e for _, e in agent.fence.applied]
+    assert applied == sorted(applied) and agent.fence.resets == 0

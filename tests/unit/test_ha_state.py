@@ -4,6 +4,8 @@ deciding before its lease can expire, whatever the keep-alives do."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from leveller.controller.hastate import (
     check_prefix,
     decode,
     encode,
+    read_leader,
 )
 from leveller.controller.leadership import LEADER_IS, Leadership, NotLeader, guard_for, leader_in
 
@@ -174,3 +177,133 @@ def test_bad_terms_are_refused() -> None:
         Leadership(2.0, guard_s=2.0)
     with pytest.raises(ValueError, match="epoch must be > 0"):
         Leadership(2.0).won(0, "a:1", 0.0, 2)
+
+
+# ---- records that do not fit one value (a CASSINI plan of ~450 jobs, ~800 weights) -------------------
+
+def long_names(n: int, tag: str = "j") -> list[str]:
+    return [f"{tag}{i:05d}-" + "x" * 57 for i in range(n)]  # 64 characters, the most a name may have
+
+
+def test_a_big_plan_and_many_weights_are_written_in_parts_and_read_back_whole() -> None:
+    layout = Layout()
+    jobs = long_names(450)
+    plan = PlanRecord(7, 1.7e9, {j: 0.123456789 + i for i, j in enumerate(jobs)},
+                      {j: 1.23456789 + i for i, j in enumerate(jobs)})
+    weights = {w: 1.0 + i / 7 for i, w in enumerate(long_names(800, "w"))}
+    state = HaState({"j1": JobRecord(0.5)}, weights, {}, plan)
+    pairs = encode(state, layout)
+    assert all(len(v) <= MAX_VALUE_BYTES for v in pairs.values())
+    assert {k for k in pairs if k.startswith("/leveller/state/cassini")} == {
+        "/leveller/state/cassini/0000", "/leveller/state/cassini/0001"}
+    assert "/leveller/state/weights/0000" in pairs and "/leveller/state/weights" not in pairs
+    assert decode(pairs, layout) == state
+    assert encode(state, layout) == pairs  # the same state cuts the same way: nothing rewritten
+
+
+def test_small_records_keep_the_format_older_controllers_read() -> None:
+    layout = Layout()
+    pairs = encode(HaState({}, {"a": 2.0}, {}, PlanRecord(1, 5.0, {"a": 0.5}, {"a": 1.0})), layout)
+    assert pairs == {"/leveller/state/weights": b'{"a":2.0}',
+                     "/leveller/state/cassini": b'{"anchor":5.0,"periods":{"a":1.0},"plan":1,"shifts":{"a":0.5}}'}
+
+
+def test_parts_of_different_plans_are_never_joined() -> None:
+    layout = Layout()
+    jobs = long_names(600)
+    parts = [encode(HaState(plan=PlanRecord(k, 1.7e9, dict.fromkeys(jobs, 0.5), dict.fromkeys(jobs, 1.0))), layout)
+             for k in (1, 2)]
+    mixed = {"/leveller/state/cassini/0000": parts[0]["/leveller/state/cassini/0000"],
+             "/leveller/state/cassini/0001": parts[1]["/leveller/state/cassini/0001"]}
+    with pytest.raises(StateError, match="not every part of one plan"):
+        decode(mixed, layout)
+    errors: list[str] = []
+    assert decode(mixed, layout, errors).plan is None and len(errors) == 1
+    missing = {"/leveller/state/cassini/0001": parts[1]["/leveller/state/cassini/0001"]}
+    assert decode(missing, layout, []).plan is None
+    # a whole record and parts (a write between the two formats): the newer plan
+    whole = encode(HaState(plan=PlanRecord(3, 1.0, {"a": 0.5}, {"a": 1.0})), layout)
+    assert decode({**parts[1], **whole}, layout).plan == PlanRecord(3, 1.0, {"a": 0.5}, {"a": 1.0})
+    assert decode({**parts[1], **encode(HaState(plan=PlanRecord(1, 1.0, {}, {})), layout)}, layout).plan.plan == 2
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 3000), st.integers(0, 1500), st.integers(1, 2**62))
+def test_weights_and_plans_of_any_size_round_trip_in_records_that_fit(n_weights: int, n_jobs: int, plan: int) -> None:
+    layout = Layout("/lv/")
+    jobs = long_names(n_jobs)
+    state = HaState({}, {w: 0.5 + i for i, w in enumerate(long_names(n_weights, "w"))}, {},
+                    PlanRecord(plan, 1.7e9, {j: i / 3 for i, j in enumerate(jobs)}, {j: 1 + i / 3 for i, j in
+                                                                                       enumerate(jobs[::2])}))
+    pairs = encode(state, layout)
+    assert all(len(v) <= MAX_VALUE_BYTES for v in pairs.values())
+    assert decode(pairs, layout) == state
+
+
+def test_what_cannot_be_written_is_left_out_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import leveller.controller.hastate as hastate
+
+    monkeypatch.setattr(hastate, "MAX_JOBS", 3)
+    layout = Layout()
+    state = HaState({f"j{i}": JobRecord(0.5) for i in range(5)}, {"ok": 1.0, "bad name": 2.0})
+    left: list[str] = []
+    pairs = encode(state, layout, left)
+    assert sorted(pairs) == ["/leveller/state/jobs/j0", "/leveller/state/jobs/j1", "/leveller/state/jobs/j2",
+                             "/leveller/state/weights"]
+    assert left == ["/leveller/state/: 2 of 5 jobs left out (at most 3)",
+                    "/leveller/state/weights: 'bad name' is not a name (1-64 of A-Z a-z 0-9 _ . : -)"]
+    with pytest.raises(StateError, match="2 of 5 jobs left out"):
+        encode(state, layout)
+
+
+# ---- values read back that are not records (corrupt, hostile) --------------------------------------
+
+BIG = "1" + "0" * 400
+DEEP = "[" * 30000 + "]" * 30000  # under the record size limit, past the JSON parser's recursion limit
+HOSTILE = {
+    "/leveller/state/jobs/j": [
+        f'{{"ideal":{BIG},"in_use":null,"work_base":0,"iter_base":0,"first_seen":0}}',
+        f'{{"ideal":null,"in_use":-{BIG},"work_base":0,"iter_base":0,"first_seen":0}}',
+        f'{{"ideal":null,"in_use":null,"work_base":0,"iter_base":{BIG},"first_seen":0}}',
+        '{"ideal":NaN,"in_use":null,"work_base":0,"iter_base":0,"first_seen":0}',
+        '{"ideal":1e400,"in_use":null,"work_base":0,"iter_base":0,"first_seen":0}',
+        '{"ideal":' + "9" * 5000 + ',"in_use":null,"work_base":0,"iter_base":0,"first_seen":0}', DEEP],
+    "/leveller/state/replay/h": [f'{{"run":"abababababababab","seq":1,"sent_at":{BIG}}}', DEEP,
+                                 '{"run":' + DEEP[:20000] + ',"seq":1,"sent_at":0}'],
+    "/leveller/state/weights": [f'{{"j":{BIG}}}', DEEP, "[1]", '{"j":"x"}'],
+    "/leveller/state/weights/0000": [f'{{"weights":{{"j":{BIG}}}}}', DEEP],
+    "/leveller/state/cassini": [f'{{"plan":1,"anchor":{BIG},"shifts":{{}},"periods":{{}}}}',
+                                f'{{"plan":1,"anchor":0,"shifts":{{"a":{BIG}}},"periods":{{}}}}', DEEP],
+    "/leveller/state/cassini/0000": [f'{{"plan":1,"anchor":0,"part":0,"parts":{BIG},"shifts":{{}},"periods":{{}}}}',
+                                     '{"plan":1,"anchor":0,"part":[],"parts":1,"shifts":{},"periods":{}}', DEEP],
+}
+
+
+@pytest.mark.parametrize("key", sorted(HOSTILE))
+def test_a_hostile_value_is_refused_as_a_state_error_naming_its_key(key: str) -> None:
+    for raw in HOSTILE[key]:
+        with pytest.raises(StateError, match=f"^{key}: ") as exc:
+            decode({key: raw.encode()}, Layout())
+        assert len(str(exc.value)) < 400  # the message names the field, not the whole value
+    with pytest.raises(StateError, match="^/leveller/leader: "):
+        read_leader(DEEP.encode(), "/leveller/leader")
+    with pytest.raises(StateError, match="^/leveller/leader: "):
+        read_leader(b'{"name":"a","address":"b","v":' + BIG.encode() + b',"leading":1}', "/leveller/leader")
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                        max_size=4), max_leaves=12)
+record_keys = st.sampled_from(sorted(HOSTILE) + ["/leveller/state/jobs/bad name", "/leveller/state/cassini/0001"])
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(record_keys, json_values.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=64),
+                       max_size=4))
+def test_any_value_decodes_or_is_refused_as_a_state_error(pairs: dict[str, bytes]) -> None:
+    try:
+        decode(pairs, Layout())
+    except StateError:
+        pass
+    errors: list[str] = []
+    decode(pairs, Layout(), errors)  # with a list: never raises, the good records are kept

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.interrupts import unwind_on_signals
+from leveller.experiments.shared.interrupts import unwind_on_signals
 
 
 def _fork_and_signal(sig: int, marker: Path) -> int:

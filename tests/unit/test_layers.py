@@ -1,6 +1,6 @@
 """The import graph flows one way, and the bottom layers stay pure.
 
-    model <- core <- {sim, controller, agent, sdn, testbed, jobs, switchconfig} <- rpc <- app <- {bench, demo}
+    model <- core <- {sim, controller, agent, sdn, testbed, jobs, switchconfig} <- rpc <- app <- {bench, experiments}
           <- commands <- cli
 
 ALLOWED below is the one place that says which package may import which (every import counts, also
@@ -8,8 +8,8 @@ one inside a function). Where the rest of the tree fits:
   errors       leveller.errors: the CLI's name for model.errors.UserError (imports only model)
   codec        leveller.codec: the strict JSON decoder of every message, RPC and the SDN app's REST
                API alike (imports only model)
-  locking      file locks under /run/leveller (agent, demo); imports only errors
-  procs        running and stopping the processes the project starts (testbed, demo); imports nothing
+  locking      file locks under /run/leveller (agent, experiments); imports only errors
+  procs        running and stopping the processes the project starts (testbed, experiments); imports nothing
   config       TOML files for the long-running commands' flags (read by commands only); imports errors, files
   files        small regular files read at start (config, secrets, tokens, PEM); imports only errors
   jobs         the training-job side (emulator, hook, log-line and shift-file formats): the agent reads
@@ -24,6 +24,8 @@ one inside a function). Where the rest of the tree fits:
                They live beside their service but count as a layer of their own above rpc
   options      leveller.options: values of options several commands share (weights, R window, switching
                rule), parsed with the controller's own checks (rpc.schema)
+Inside experiments: ``shared`` imports no experiment; an experiment imports ``shared`` and the demo's
+examples (``demo.scenario``), never another experiment (EXPERIMENT_ALLOWED).
 Nothing under leveller/ or sdn/ imports leveller.commands (only the CLI does) or the tests.
 The middle layer's few edges among peers are listed one by one; the test also checks that ALLOWED
 has no cycle, so no edge can be added that makes two packages import each other.
@@ -63,8 +65,8 @@ ALLOWED: dict[str, set[str]] = {
     "options": MIDDLE | {"rpc"},  # rpc.schema.check_weight: the controller's rule for a weight
     "app": MIDDLE | SERVICES | {"rpc", "files", "options"},
     "bench": MIDDLE | SERVICES | {"rpc", "app", "options"},
-    "demo": MIDDLE | SERVICES | {"rpc", "bench", "app", "options"},
-    "commands": MIDDLE | SERVICES | {"rpc", "bench", "demo", "config", "files", "app", "options"},
+    "experiments": MIDDLE | SERVICES | {"rpc", "bench", "app", "options"},
+    "commands": MIDDLE | SERVICES | {"rpc", "bench", "experiments", "config", "files", "app", "options"},
     "cli": {"errors", "commands"},
 }
 NO_IO = {"os", "sys", "io", "time", "datetime", "random", "socket", "subprocess", "pathlib", "shutil",
@@ -178,3 +180,53 @@ def test_model_and_core_stay_pure() -> None:
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                     assert node.func.id not in {"open", "print", "input"}, f"{path.name} calls {node.func.id}"
+
+
+EXPERIMENTS = ROOT / "leveller" / "experiments"
+
+
+def experiment_edges(base: Path = EXPERIMENTS) -> list[tuple[str, str, str]]:
+    """(importing subpackage, imported module, file) for every import between two subpackages of
+    leveller.experiments."""
+    out = []
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(base)
+        if len(rel.parts) < 2:
+            continue
+        for mod in imports(path):
+            parts = mod.split(".")
+            if parts[:2] == ["leveller", "experiments"] and len(parts) > 2 and parts[2] != rel.parts[0]:
+                out.append((rel.parts[0], ".".join(parts[2:]), str(rel)))
+    return out
+
+
+def experiment_violations(found: list[tuple[str, str, str]]) -> list[str]:
+    """Imports between experiments' subpackages that the structure forbids."""
+    def allowed(src: str, dst: str) -> bool:
+        top = dst.split(".")[0]
+        return src != "shared" and (top == "shared" or dst == "demo.scenario")
+    return [f"{src} imports {dst} ({file})" for src, dst, file in found if not allowed(src, dst)]
+
+
+def test_experiments_import_only_the_shared_parts_and_the_demos_examples() -> None:
+    found = experiment_edges()
+    assert any(src == "tenants" and dst.startswith("shared.") for src, dst, _ in found)  # the walk sees them
+    assert experiment_violations(found) == []
+
+
+def test_an_import_between_experiments_is_named() -> None:
+    found = [("chaos", "soak.run", "chaos/run.py"), ("shared", "demo.scenario", "shared/cluster.py"),
+             ("soak", "demo.scenario", "soak/run.py"), ("tenants", "shared.jobs", "tenants/plan.py"),
+             ("recovery", "demo.orchestrate", "recovery/run.py")]
+    assert experiment_violations(found) == ["chaos imports soak.run (chaos/run.py)",
+                                            "shared imports demo.scenario (shared/cluster.py)",
+                                            "recovery imports demo.orchestrate (recovery/run.py)"]
+
+
+def test_every_experiment_is_a_package_of_modules() -> None:
+    """No module sits beside the subpackages: a new piece goes into shared or its experiment."""
+    loose = [p.name for p in EXPERIMENTS.glob("*.py") if p.name != "__init__.py"]
+    subs = [p for p in EXPERIMENTS.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert loose == []
+    assert {"shared", "demo", "tenants"} <= {p.name for p in subs}
+    assert [p.name for p in subs if not (p / "__init__.py").exists()] == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from leveller.demo.live import _process, _wait_for, stderr_path
+from leveller.experiments.shared.policy_run import _process, _wait_for, stderr_path
 
 CHILD = ("import json, sys\n"
          "print(json.dumps({'t': 1.0}), flush=True)\n"

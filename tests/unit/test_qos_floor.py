@@ -207,7 +207,7 @@ def test_state_files_from_before_floors_load_as_floor_zero(tmp_path) -> None:
 
 
 def test_demo_cluster_passes_its_floor_on() -> None:
-    from leveller.demo.cluster import DemoCluster
+    from leveller.experiments.shared.cluster import DemoCluster
 
     assert DemoCluster("fa").floor == DEFAULT_FLOOR
     assert DemoCluster("fb", floor=0).floor == 0.0

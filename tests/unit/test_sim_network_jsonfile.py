@@ -18,7 +18,7 @@ READERS = [
 @pytest.mark.parametrize("reader,what", READERS)
 def test_every_reader_names_itself_and_the_problem(tmp_path, reader, what: str) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"jobs": [1, 2,')
+    bad.write_text('[{"jobs": [1, 2,')  # a list cut short: the streaming Philly reader sees it too
     with pytest.raises(UserError, match=rf"^{what} '.*bad.json': not valid JSON \(Expecting"):
         reader(str(bad))
     with pytest.raises(UserError, match=rf"^{what} '.*absent.json': no such file$"):

@@ -1,4 +1,4 @@
-"""Soak analysis (leveller/demo/soak_report.py) on constructed sample series, /proc reading on
+"""Soak analysis (leveller/experiments/soak/report.py) on constructed sample series, /proc reading on
 this very process, and telling the services apart by command line."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leveller.demo.procstat import ProcSample, read_proc
-from leveller.demo.soak import role_of
-from leveller.demo.soak_report import FD_TOLERANCE, process_growth, run_verdict
+from leveller.experiments.shared.procstat import ProcSample, read_proc, role_of
+from leveller.experiments.soak.report import FD_TOLERANCE, process_growth, run_verdict
 
 INTERVAL = 5.0
 

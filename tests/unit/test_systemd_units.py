@@ -58,3 +58,22 @@ def test_the_commands_accept_the_units_command_lines() -> None:
         argv = unit(part)["Service"]["ExecStart"].split()[1:]
         args = parser.parse_args(argv)
         assert args.config == f"/etc/leveller/{part}.toml"
+
+
+SIZE = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+@pytest.mark.parametrize("part", sorted(CAPS))
+def test_each_unit_bounds_its_memory_tasks_and_system_calls(part: str) -> None:
+    """Issue 41, finding 8: the agent's and the SDN app's units set none of the three (the controller's had a
+    filter only). The agent needs bpf() beyond the service set; nobody needs the rest of @privileged."""
+    svc = unit(part)["Service"]
+    filters = svc.get("SystemCallFilter", "").split()
+    assert filters[:1] == ["@system-service"], filters
+    assert set(filters[1:]) == ({"bpf"} if part == "agent" else set()), filters
+    if part == "controller":
+        return
+    memory = svc.get("MemoryMax", "")
+    assert memory[-1:] in SIZE and 256 << 20 <= int(memory[:-1]) * SIZE[memory[-1]] <= 4 << 30, memory
+    assert 64 <= int(svc.get("TasksMax", "0")) <= 4096
+    assert svc["SystemCallArchitectures"] == "native"

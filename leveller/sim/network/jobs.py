@@ -18,22 +18,28 @@ the field, the value and what is allowed, and is raised before the run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from leveller.errors import UserError
 from leveller.model.job import JobSpec
+from leveller.model.limits import MAX_ITERATIONS
 from leveller.sim.network.jsonfile import read_json
 
 FIELDS = {"name", "hosts", "compute", "bytes", "arrival", "iterations", "slack"}
+MAX_NUMBER = 1e300  # seconds and bytes: finite, and far from float overflow when multiplied
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _num(job: str, key: str, value: Any, minimum: float, strict: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < minimum or (strict and value == minimum):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_NUMBER <= value <= MAX_NUMBER
+    if not ok or value < minimum or (strict and value == minimum):  # NaN fails the range, inf and 10**400 too
         rule = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        raise UserError(f"job {job!r}: {key} = {value!r} is invalid; a number {rule}")
+        raise UserError(f"job {job!r}: {key} = {_show(value)} is invalid; a number {rule} and at most {MAX_NUMBER:g}")
     return float(value)
 
 
@@ -43,23 +49,23 @@ def parse_job(entry: Any, index: int, known_hosts: Sequence[str]) -> JobSpec:
         raise UserError(f"jobs[{index}]: expected an object with keys {', '.join(sorted(FIELDS))}")
     unknown = sorted(set(entry) - FIELDS)
     if unknown:
-        raise UserError(f"jobs[{index}]: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(FIELDS))}")
+        raise UserError(f"jobs[{index}]: unknown key {_show(unknown[0])}; allowed: {', '.join(sorted(FIELDS))}")
     for key in ("name", "hosts", "compute", "bytes"):
         if key not in entry:
             raise UserError(f"jobs[{index}]: missing required key {key!r}")
     name = entry["name"]
     if not isinstance(name, str) or not name or len(name) > 64 or any(c.isspace() or c == "/" for c in name):
-        raise UserError(f"jobs[{index}].name = {name!r} is invalid; 1-64 characters, no spaces or '/'")
+        raise UserError(f"jobs[{index}].name = {_show(name)} is invalid; 1-64 characters, no spaces or '/'")
     hosts = entry["hosts"]
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-        raise UserError(f"job {name!r}: hosts = {hosts!r} is invalid; a non-empty list of host names")
+        raise UserError(f"job {name!r}: hosts = {_show(hosts)} is invalid; a non-empty list of host names")
     known = set(known_hosts)
     for h in hosts:
         if h not in known:
             sample = ", ".join(list(known_hosts)[:6]) + (", ..." if len(known_hosts) > 6 else "")
-            raise UserError(f"job {name!r}: unknown host {h!r}; hosts of this topology: {sample}")
+            raise UserError(f"job {name!r}: unknown host {_show(h)}; hosts of this topology: {sample}")
     if len(set(hosts)) != len(hosts):
-        raise UserError(f"job {name!r}: hosts = {hosts!r} lists a host twice; one rank per host")
+        raise UserError(f"job {name!r}: hosts = {_show(hosts)} lists a host twice; one rank per host")
     compute = _num(name, "compute", entry["compute"], 0, strict=True)
     nbytes = _num(name, "bytes", entry["bytes"], 0, strict=True)
     arrival = _num(name, "arrival", entry.get("arrival", 0), 0, strict=False)
@@ -69,8 +75,8 @@ def parse_job(entry: Any, index: int, known_hosts: Sequence[str]) -> JobSpec:
                         "(communication cannot start before the iteration does)")
     iterations = entry.get("iterations")
     if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
-                                   or iterations < 1):
-        raise UserError(f"job {name!r}: iterations = {iterations!r} is invalid; an integer >= 1 or null")
+                                   or not 1 <= iterations <= MAX_ITERATIONS):
+        raise UserError(f"job {name!r}: iterations = {_show(iterations)} is invalid; an integer 1..2**53 or null")
     return JobSpec(name, tuple(hosts), compute, nbytes, arrival, iterations, slack, size=len(hosts))
 
 

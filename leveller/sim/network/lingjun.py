@@ -24,22 +24,28 @@ SWITCH_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,5}$")
 
 
 def parse_topo_csv(text: str) -> tuple[str, list[tuple[str, str, int]]]:
-    """(DSW, [(PSW, ASW, hosts), ...] sorted by PSW then ASW number) from the CSV text."""
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or tuple(reader.fieldnames) != COLUMNS:
-        raise UserError(f"lingjun topo.csv: header {reader.fieldnames!r}; expected {','.join(COLUMNS)}")
+    """(DSW, [(PSW, ASW, hosts), ...] sorted by PSW then ASW number) from the CSV text; UserError naming the
+    line and column of a bad row (also a field over the csv module's 128 KiB or a NUL)."""
+    reader = csv.DictReader(io.StringIO(text), restval="")
     tors: Counter[tuple[str, str]] = Counter()
     dsws: set[str] = set()
     seen: set[str] = set()
-    for line, row in enumerate(reader, start=2):
-        for col in COLUMNS[1:]:
-            if not SWITCH_RE.match(row[col] or ""):
-                raise UserError(f"lingjun topo.csv line {line}: {col} = {row[col]!r} is not a switch name")
-        if row["ip"] in seen:
-            raise UserError(f"lingjun topo.csv line {line}: host {row['ip']!r} appears twice")
-        seen.add(row["ip"])
-        dsws.add(row["DSW"])
-        tors[(row["PSW"], row["ASW"])] += 1
+    try:
+        if reader.fieldnames is None or tuple(reader.fieldnames) != COLUMNS:
+            shown = repr(reader.fieldnames)
+            raise UserError(f"lingjun topo.csv: header {shown[:80]}; expected {','.join(COLUMNS)}")
+        for row in reader:
+            line = reader.line_num
+            for col in COLUMNS[1:]:
+                if not SWITCH_RE.match(row[col] or ""):
+                    raise UserError(f"lingjun topo.csv line {line}: {col} = {row[col][:40]!r} is not a switch name")
+            if row["ip"] in seen:
+                raise UserError(f"lingjun topo.csv line {line}: host {row['ip'][:80]!r} appears twice")
+            seen.add(row["ip"])
+            dsws.add(row["DSW"])
+            tors[(row["PSW"], row["ASW"])] += 1
+    except csv.Error as exc:
+        raise UserError(f"lingjun topo.csv line {reader.line_num + 1}: not valid CSV ({exc})") from None
     if len(dsws) != 1:
         raise UserError(f"lingjun topo.csv: expected one DSW (core switch), found {sorted(dsws)}")
 

@@ -16,10 +16,11 @@ takes the first run of consecutive free hosts (else the lowest-numbered ones),
 does not count against the network.
 
 ``arrivals=lingjun|philly|helios,file=PATH`` replays a trace file instead
-(``tracefiles.py``): the first ``jobs`` jobs with GPUs, in submit order, arrive at
-their submit time (from the first one's), ask for their GPU count (hosts =
-ceil(GPUs / GPUs per host), or GPUs with per_host=1, at most ``max_hosts``) and run
-for their duration; the model is still drawn from the catalog.
+(``tracefiles.py``): the first ``jobs`` jobs of the file that ran on GPUs (the
+reader stops there), in submit order, arrive at their submit time (from the first
+one's), ask for their GPU count (hosts = ceil(GPUs / GPUs per host), or GPUs with
+per_host=1, at most ``max_hosts``) and run for their duration; the model is still
+drawn from the catalog.
 
 Options (defaults): jobs=200, seed=1, load=0.8, placement=contiguous,
 min_hosts=1, max_hosts=16, min_s=120, max_s=1200, overlap=1 (0: no slack),
@@ -64,6 +65,7 @@ KINDS: dict[str, type] = {"jobs": int, "seed": int, "load": float, "placement": 
                           "max_hosts": int, "min_s": float, "max_s": float, "overlap": int, "models": str,
                           "collective": str, "per_host": str, "arrivals": str, "file": str}
 MINIMUM: dict[str, float] = {"jobs": 1, "seed": 0, "min_hosts": 1, "max_hosts": 1, "overlap": 0}
+MAX_JOBS = 1_000_000  # jobs of one trace (a million jobs is days of simulation; more would only fill memory)
 
 
 def _options(spec: str) -> dict[str, Any]:
@@ -87,13 +89,17 @@ def _options(spec: str) -> dict[str, Any]:
             opts[key] = raw
             continue
         try:
-            value = kind(raw)
+            value = kind(raw) if len(raw) <= 32 else None
         except ValueError:
-            raise UserError(f"--trace {spec!r}: {key} = {raw!r} is not a{'n integer' if kind is int else ' number'}") \
-                from None
+            value = None
+        if value is None or (kind is float and not math.isfinite(value)):
+            raise UserError(f"--trace {spec!r}: {key} = {raw[:40]!r} is not a"
+                            + ("n integer" if kind is int else " finite number"))
         low = MINIMUM.get(key)
-        if (low is None and not value > 0) or (low is not None and value < low) or (key == "overlap" and value > 1):
+        if (low is None and not value > 0) or (low is not None and value < low) or (key == "overlap" and value > 1) \
+                or (key == "jobs" and value > MAX_JOBS):
             rule = "0 or 1" if key == "overlap" else ("> 0" if low is None else f">= {low:g}")
+            rule += f" and at most {MAX_JOBS}" if key == "jobs" else ""
             raise UserError(f"--trace {spec!r}: {key} = {raw!r} is invalid; {rule}")
         opts[key] = value
     if opts["min_hosts"] > opts["max_hosts"]:
@@ -144,7 +150,7 @@ def synthetic(spec: str, net: Network) -> tuple[list[JobSpec], Placer]:
     else:
         from leveller.sim.network.tracefiles import read_trace
 
-        rows = read_trace(opts["arrivals"], opts["file"])[: int(opts["jobs"])]
+        rows = read_trace(opts["arrivals"], opts["file"], limit=int(opts["jobs"]))
         count = len(rows)
         models = rng.integers(len(entries), size=count)
         first = rows[0].submit if rows else 0.0

@@ -1,0 +1,1 @@
+"""What every live experiment runs on: the cluster, one policy run, the jobs, and the measurements."""

@@ -1,0 +1,82 @@
+"""The churn experiment's pure parts: the arrivals (leveller.experiments.churn.plan) and the measures
+(leveller.experiments.churn.report) on hand-made records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveller.experiments.churn.plan import Arrival, ChurnSettings, PolicyRecord, draw, leafspine, leaves
+from leveller.experiments.churn.report import checks, marks_gone, summarize
+from leveller.experiments.shared.measure import JobLog
+
+TOPO = leafspine(4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.floats(2, 30), st.integers(2, 100))
+def test_arrivals_are_seeded_spread_over_two_leaves_and_within_the_duration(seed: int, mean: float, n: int) -> None:
+    a = draw(300, mean, n, seed, TOPO)
+    assert a == draw(300, mean, n, seed, TOPO)  # the same seed, the same arrivals
+    leaf = {h: sw for sw, hosts in leaves(TOPO).items() for h in hosts}
+    for x in a:
+        assert 0 < x.at < 300 and 2 <= len(x.hosts) <= 3 and len(set(x.hosts)) == len(x.hosts)
+        assert len({leaf[h] for h in x.hosts}) >= 2
+        assert max(1, n // 2) <= x.iterations <= max(1, 3 * n // 2)
+        assert 0.4 - 1e-3 <= x.ideal_s <= 1.2 + 1e-3 or x.slack_s > 0
+    assert [x.at for x in a] == sorted(x.at for x in a) and len({x.name for x in a}) == len(a)
+
+
+def test_the_mean_arrival_is_the_poisson_rate() -> None:
+    counts = [len(draw(1000, 10, 10, seed, TOPO)) for seed in range(20)]
+    assert 90 <= sum(counts) / len(counts) <= 110  # 1000 s / 10 s
+
+
+def _arrival(name: str, at: float = 1.0, iterations: int = 3) -> Arrival:
+    return Arrival(name, at, ("h1", "h5"), "m", 0.5, 0.5, 0.0, iterations, 23000)
+
+
+def _record(policy: str = "leveller") -> PolicyRecord:
+    """Job a: starts at 101, iterations 1-3 at 102, 103, 104 (finished); its flow f1 gets level 2 at 101.5,
+    its mark is gone from agent h1's report at 104.5. Job b starts at 105 and is never given a level."""
+    r = PolicyRecord(policy, 100.0, 120.0)
+    r.logs = {"a": JobLog("a", 101.0, {1: 102.0, 2: 103.0, 3: 104.0}), "b": JobLog("b", 105.0, {1: 107.0})}
+    r.decisions = [{"t": 101.2, "levels": {}, "jobs": {"a": {"ideal": None}}},
+                   {"t": 101.5, "levels": {"f1": 2}, "jobs": {"a": {"ideal": 0.8}}},
+                   {"t": 103.5, "levels": {"f1": 1}, "jobs": {"a": {"ideal": 0.9}}}]
+    r.agent_lines = {"h1": [{"t": 101.6, "marks": {"f1": 16}, "bytes": {"a": {"f1": 10}}},
+                            {"t": 104.2, "marks": {"f1": 16}, "bytes": {"a": {"f1": 20}}},
+                            {"t": 104.5, "marks": {}, "bytes": {"b": {"f2": 5}}}],
+                     "h5": [{"t": 101.6, "marks": {}, "bytes": {}}]}
+    return r
+
+
+def test_timings_rates_and_checks_of_a_hand_made_run() -> None:
+    doc = summarize([_arrival("a"), _arrival("b", 4.0, 5)], [_record()], ChurnSettings(tau_s=0.2, lease_s=2.0))
+    p = doc["policies"]["leveller"]
+    a, b = p["jobs"]["a"], p["jobs"]["b"]
+    assert a["finished"] and not b["finished"]
+    assert a["ideal_s"] == 0.9 and a["rate"] == pytest.approx(3 * 0.9 / 3.0, abs=1e-4)
+    assert a["first_level_s"] == pytest.approx(0.5) and a["first_level_target_s"] == pytest.approx(5 * 0.9 + 0.4)
+    assert a["marks_gone_s"] == pytest.approx(0.5)  # from its last iteration (104) to h1's report at 104.5
+    assert a["levels"] == [(1.5, 2), (3.5, 1)]
+    assert p["never_ranked"] == ["b"] and p["jobs_finished"] == 1 and p["min"] == pytest.approx(0.9)
+    assert doc["checks"]["every_job_ranked"] is False and doc["checks"]["no_mark_past_lease"] is True
+
+
+def test_a_mark_still_held_at_the_last_report_is_past_the_lease() -> None:
+    r = _record()
+    r.agent_lines["h1"] = r.agent_lines["h1"][:2]  # the agent never reported f1 unmarked
+    assert math.isinf(marks_gone(r, {"f1"}, 104.0) or 0)
+    doc = summarize([_arrival("a")], [r], ChurnSettings())
+    assert doc["policies"]["leveller"]["marks_past_lease"] == ["a"] and not doc["checks"]["no_mark_past_lease"]
+
+
+def test_leveller_min_is_compared_with_every_other_policy() -> None:
+    base = {"never_ranked": [], "first_level_late": [], "marks_past_lease": [], "jobs_finished": 2}
+    assert checks({"leveller": {**base, "min": 0.5}, "fair": {**base, "min": 0.4}})["leveller_min_at_least_others"]
+    assert not checks({"leveller": {**base, "min": 0.3}, "crux": {**base, "min": 0.4}})["leveller_min_at_least_others"]
+    assert "leveller_min_at_least_others" not in checks({"leveller": {**base, "min": 0.3}})
