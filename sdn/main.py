@@ -8,11 +8,14 @@ the switches' namespace (testbed) so OpenFlow listens next to the switches.
 SIGINT and SIGTERM end the process at once (exit 130 / 143). Ctrl-C did nothing:
 the main thread waits on a lock while os-ken and eventlet run in other OS threads,
 and Python runs a signal handler only in the main thread, and only once that
-wakes (never, when another thread took the signal). So both signals are blocked
-in every thread from the start and one plain OS thread waits for them
-(``signal.sigwait``; the short `tc` commands it runs inherit the mask and are
-never signalled). The app holds nothing to undo: the switches keep their
-rules, as after any restart, and reinstall them on reconnection.
+wakes (never, when another thread took the signal). Blocking both signals in
+every thread and waiting for them in one (``sigwait``) is not enough either:
+threads started by imports before that (OpenBLAS's, from numpy) keep them
+unblocked and take them. So the signals keep a Python handler, whose C part
+writes the signal's number to a wakeup pipe from whichever thread the kernel
+picked (``signal.set_wakeup_fd``), and one plain OS thread reads that pipe and
+exits. The app holds nothing to undo: the switches keep their rules, as after
+any restart, and reinstall them on reconnection.
 """
 
 from __future__ import annotations
@@ -31,15 +34,22 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def stop_on_signals() -> None:
-    """Block SIGINT and SIGTERM in this thread (and so in every thread started from now on) and exit
-    128 + the signal as soon as one arrives, from an OS thread of its own (see the module docstring).
-    Call it before any other thread starts."""
+    """Exit 128 + the signal as soon as SIGINT or SIGTERM arrives, whichever thread the kernel hands it
+    to, from an OS thread of its own (see the module docstring). Call it from the main thread, before
+    eventlet patches the standard library."""
     import eventlet.patcher
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    read, write = os.pipe()
+    os.set_blocking(write, False)  # the C handler must never block
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda *_: None)  # a handler, so the C part runs and writes the wakeup byte
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    pipe_read = os.read  # bound now: eventlet's patched os.read would yield to a hub this thread has not
 
     def wait() -> None:
-        signum = signal.sigwait(STOP_SIGNALS)
+        signum = 0
+        while signum not in STOP_SIGNALS:  # (another handler someone installs writes its signal here too)
+            signum = pipe_read(read, 1)[0]
         os.write(2, f"leveller sdn: {signal.Signals(signum).name}: stopping\n".encode())  # no lock taken
         os._exit(128 + signum)
 
