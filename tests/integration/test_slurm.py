@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from leveller.bench.levels_latency import WireWatch
-from leveller.rpc.transport import ControllerClient
+from leveller.rpc.transport import ControllerClient, RpcFailure
 from leveller.testbed.vethpair import VethPair
 from tests.integration.slurm_cluster import SlurmCluster, slurm_cluster
 from tests.integration.support import ENV, SECRET, Proc, free_port, json_lines, leveller_proc, wait_until
@@ -45,6 +45,13 @@ class Site:
     def status(self) -> dict[str, Any]:
         with ControllerClient(f"127.0.0.1:{self.port}", SECRET.encode()) as client:
             return client.status()  # type: ignore[no-any-return]
+
+    def answers(self) -> bool:
+        try:
+            self.status()
+        except RpcFailure:
+            return False
+        return True
 
     def marks(self, node: str) -> list[tuple[float, dict[str, int]]]:
         return [(line["t"], line["marks"]) for line in json_lines(self.outs[node]) if "marks" in line]
@@ -74,10 +81,20 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 for node in ("a", "b"):
                     wait_until(lambda n=node: (cluster.run_dirs[n] / "agent.sock").exists(), 20,
                                lambda n=node: f"agent {n} did not start: {agents[n].output()}")
-                yield Site(pair, cluster, port, agents, outs)
+                site = Site(pair, cluster, port, agents, outs)
+                wait_until(site.answers, 30, lambda: f"the controller did not answer: {ctl.output()}")
+                yield site
             finally:
                 for proc in (*agents.values(), ctl):
                     proc.interrupt()
+
+
+@pytest.fixture(autouse=True)
+def no_job_left(site: Site) -> Iterator[None]:
+    """A test that fails mid-way leaves no job running into the next one (or into its own rerun)."""
+    yield
+    site.cluster.cmd(["scancel", "--user", "root"], check=False)
+    wait_until(lambda: not site.cluster.cmd(["squeue", "-h"], check=False).strip(), 30, "jobs outlived scancel")
 
 
 def reported_by_both(site: Site, job: str) -> bool:
