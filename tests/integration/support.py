@@ -330,6 +330,18 @@ def controller(tmp: Path, port: int, *extra: str) -> Proc:
                          "--lease", "1.5", *extra, env=ENV)
 
 
+def wait_accepting(port: int, proc: Proc, timeout_s: float = 30.0) -> None:
+    """Wait until 127.0.0.1:``port`` accepts TCP connections (a server ``proc`` started and listens)."""
+    def accepts() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    wait_until(accepts, timeout_s, lambda: f"nothing listens on port {port}: {proc.output()}")
+
+
 def agent(tmp: Path, port: int, log: Path, dev: str, netns: str, name: str = "agent") -> Proc:
     """`leveller agent` of host "ha" marking job `live` (``log``) on ``dev`` in ``netns``, reporting to the
     controller on ``port`` every 0.2 s; its output in ``tmp``/``name``.out."""

@@ -6,6 +6,7 @@ packets never go unmarked for longer than the lease (seen on the wire)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,16 +23,27 @@ from .support import (
     DSCP_TOP,
     ENV,
     JOB_PORT,
+    Proc,
     controller,
     free_port,
     job_on_the_wire,
     json_lines,
     leveller_proc,
+    wait_accepting,
     wait_until,
 )
 
 LEASE_S = 1.5  # test_live_faults.controller passes --lease 1.5 (and --tau 0.3)
 pytestmark = pytest.mark.privileged
+
+
+@contextlib.contextmanager
+def started(ctl_a: Proc, port_a: int, ctl_b: Proc, port_b: int) -> Iterator[None]:
+    """Both controllers listen before the agent starts: it reports to the first of its list that answers,
+    and the test kills the first (an agent started while A was still importing reported to B)."""
+    wait_accepting(port_a, ctl_a)
+    wait_accepting(port_b, ctl_b)
+    yield
 
 
 def _metrics(port: int) -> str:
@@ -44,6 +57,7 @@ def test_agents_follow_the_standby_within_a_lease_and_no_flow_loses_its_level(tm
     standby_dir.mkdir()
     with job_on_the_wire(tmp_path, "lvo") as (pair, wire, log):
         with controller(tmp_path, port_a) as ctl_a, controller(standby_dir, port_b) as ctl_b, \
+                started(ctl_a, port_a, ctl_b, port_b), \
                 leveller_proc(tmp_path / "agent.out", "agent", "--controller", f"{a},{b}", "--host", "ha",
                               "--log", str(log), "--job-ports", f"live={JOB_PORT}-{JOB_PORT + 1}",
                               "--ideal-time", "live=0.2", "--dev", pair.if_a, "--netns", pair.ns_a,
