@@ -45,7 +45,13 @@ class Proc:
             self.p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
 
     def output(self) -> str:
+        """The last 3,000 characters of the output (for failure messages)."""
         return self.out.read_text(errors="replace")[-3000:]
+
+    def text(self) -> str:
+        """All the output: what an assertion searches (a --json process pushes its first log lines out
+        of ``output()`` within seconds)."""
+        return self.out.read_text(errors="replace")
 
     def alive(self) -> bool:
         return self.p.poll() is None

@@ -113,7 +113,7 @@ def test_agent_killed_restart_removes_the_stale_filter_and_clean_stop_leaves_not
             assert len(old) == 1
             with agent(tmp_path, port, log, dev, ns, "agent-twin") as twin:  # one agent per interface
                 assert twin.p.wait(40) == 2
-                assert "another leveller agent" in twin.output()
+                assert "another leveller agent" in twin.text()
             assert _our_programs(ns, dev) == old
             first.kill()
         assert _our_programs(ns, dev) == old and _program_loaded(old[0])  # a crash leaves them behind

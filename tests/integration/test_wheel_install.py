@@ -151,7 +151,7 @@ def test_the_installed_agent_compiling_with_bcc_marks_a_jobs_flow_on_a_veth_pair
                        lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
                        f"controller: {ctl.output()}")
             assert ag.interrupt() == 0, ag.output()
-            assert "eBPF datapath loaded with bcc" in ag.output(), ag.output()
+            assert "eBPF datapath loaded with bcc" in ag.text(), ag.output()
         assert attached_filters(pair.if_a, pair.ns_a) == [] and not has_clsact(pair.if_a, pair.ns_a)
 
 
@@ -206,7 +206,7 @@ def test_without_compiler_or_headers_the_installed_agent_loads_the_core_object_a
                 wait_until(lambda: wire.last_dscp == DSCP_TOP, 40,
                            lambda: f"the job's packets carry DSCP {DSCP_TOP}; agent: {ag.output()} "
                            f"controller: {ctl.output()}")
-                assert "eBPF datapath loaded with libbpf (CO-RE object " in ag.output(), ag.output()
+                assert "eBPF datapath loaded with libbpf (CO-RE object " in ag.text(), ag.output()
                 lines = json_lines(tmp_path / "agent.out")
                 assert lines and all(line["loader"] == "libbpf" for line in lines), lines[-1:]
                 with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
