@@ -26,7 +26,7 @@ from leveller.model.flow import FlowKey
 from leveller.model.shape import JobShape
 
 __all__ = ["UNKNOWN_PATH", "Decision", "FlowClasses", "JobInput", "JobShape", "class_ranks", "decide",
-           "decide_snapshot", "decision_of", "job_rate", "job_views", "snapshot_classes"]
+           "decide_snapshot", "decision_of", "job_links", "job_rate", "job_views", "snapshot_classes"]
 MAX_RATE = 1e6  # R is ~1 for a job at its ideal speed; far above means its ideal time is wrong
 
 
@@ -164,6 +164,18 @@ def snapshot_classes(flows: FlowSnapshot) -> FlowClasses:
     path = flows.path[reps]
     present = path >= 0
     return FlowClasses(cls, flows.job[reps], np.nonzero(present)[0], path[present])
+
+
+def job_links(flows: FlowSnapshot) -> dict[str, frozenset[int]]:
+    """job -> the links (ids into ``link_names``) its rows cross; jobs whose rows cross none are left out.
+    The registry opens profiling windows side by side for jobs whose links do not meet."""
+    rows, cols = np.nonzero(flows.path >= 0)
+    if not len(rows):
+        return {}
+    pairs = np.unique(np.stack([flows.job[rows].astype(np.int64), flows.path[rows, cols].astype(np.int64)], 1), axis=0)
+    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    return {flows.job_names[int(pairs[a, 0])]: frozenset(pairs[a:b, 1].tolist())
+            for a, b in zip(starts, [*starts[1:], len(pairs)])}
 
 
 def flow_levels(order: list[str] | None, flows: FlowSnapshot, k: int, pruner: Pruner = prune,

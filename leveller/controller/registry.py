@@ -2,8 +2,10 @@
 
 A job is the union of what the agents say about it: the most iterations,
 the earliest start, an ideal time (reported by an agent, or measured here by
-leveller.core.profiling while the job holds the unique top priority). One job
-is profiled at a time, the earliest seen first; with a re-profiling interval,
+leveller.core.profiling while the job holds the top priority on its links). One
+job is profiled at a time, the earliest seen first, beside it any job waiting for
+its first profile whose flows share no link with a job being profiled (the
+controller says which links each job's routed flows cross); with a re-profiling interval,
 windows reopen at semi-stochastic times (core.profiling.next_reprofile_time).
 Reports are checked before anything is stored (a refused report changes nothing).
 Apart from ideal times measured here and the samples a windowed or decayed R reads
@@ -37,7 +39,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from leveller.controller.decide import JobInput
@@ -252,17 +254,27 @@ class Registry:
         """job -> the ideal time a live agent reports for it (the first by host name)."""
         return self.view(now).ideal
 
-    def update_profiling(self, now: float) -> None:
-        """Open at most one profiling window: the earliest-seen job without an ideal time, then a job
-        whose time alone drifted, then a scheduled re-profile."""
+    def update_profiling(self, now: float,
+                         job_links: Callable[[], Mapping[str, frozenset[int]]] | None = None) -> None:
+        """Open profiling windows: the earliest-seen job without an ideal time when no job is being
+        profiled (else a job whose time alone drifted, else a scheduled re-profile), and with
+        ``job_links`` (job -> the links its routed flows cross, asked for only when needed) every further
+        job waiting for its first profile whose flows cross no link of a job being profiled, earliest
+        first: their top priorities cannot meet, and jobs that arrive together are not profiled one
+        after the other, each window at the bottom of the queue until the ones before it end (the
+        churn experiment's newcomers waited 13 s). A job whose links are not known yet waits its turn."""
         live_jobs = self.view(now).merged.keys()
-        if any(self.jobs[n].profiler.profiling for n in live_jobs):
-            return
+        profiling = [n for n in live_jobs if self.jobs[n].profiler.profiling]
         reported = self._reported_ideals(now)
         waiting = sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
-                         and s.profiler.ideal is None and n not in reported)
-        if waiting:
-            self._open_window(self.jobs[waiting[0][1]], now)
+                         and s.profiler.ideal is None and n not in reported and not s.profiler.profiling)
+        if not profiling and waiting:
+            first = waiting.pop(0)[1]
+            self._open_window(self.jobs[first], now)
+            profiling.append(first)
+        if profiling:
+            if waiting and job_links is not None:
+                self._open_beside(now, profiling, [n for _, n in waiting], job_links())
             return
         if self.drift_tolerance:
             for _, name in sorted((s.first_seen, n) for n, s in self.jobs.items() if n in live_jobs
@@ -287,6 +299,19 @@ class Registry:
             state = self.jobs[due[0][1]]
             self._open_window(state, now)
             state.next_reprofile = None
+
+    def _open_beside(self, now: float, profiling: list[str], waiting: list[str],
+                     links: Mapping[str, frozenset[int]]) -> None:
+        """Open the windows of the ``waiting`` jobs (in that order) whose links meet none of the jobs
+        being profiled nor of one opened before it; none while a profiled job's links are unknown."""
+        if not all(links.get(n) for n in profiling):
+            return
+        busy: set[int] = set().union(*(links[n] for n in profiling))
+        for name in waiting:
+            mine = links.get(name)
+            if mine and busy.isdisjoint(mine):
+                self._open_window(self.jobs[name], now)
+                busy |= mine
 
     @staticmethod
     def _open_window(state: JobState, now: float) -> None:

@@ -50,6 +50,7 @@ from leveller.controller.decide import (
     Pruner,
     class_ranks,
     decision_of,
+    job_links,
     job_views,
     rank,
     snapshot_classes,
@@ -350,13 +351,14 @@ class Controller:
         with self._lock:
             if unrouted:
                 self.flows.set_links([(f, links.get(f)) for f in unrouted])
-            self.registry.update_profiling(now)
-            self.registry.sample(now)
-            jobs = self.registry.job_inputs(now)
             snapshot = self._snapshot
             if snapshot is None or snapshot.version != self.flows.version:  # the flows changed
                 ids = self.flows.live()
                 snapshot = self._snapshot = self.flows.snapshot(ids[self.flows.routed[ids]])
+            routed = snapshot
+            self.registry.update_profiling(now, lambda: job_links(routed))
+            self.registry.sample(now)
+            jobs = self.registry.job_inputs(now)
             counted = {k: (job, nbytes) for k, (job, _, nbytes) in self.registry.flows(now).items()} \
                 if self.shift_planner is not None else {}
             agents = len(self.registry.view(now).hosts)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from leveller.controller.decide import JobInput, decide, job_rate
+from leveller.controller.decide import JobInput, decide, job_links, job_rate
 from leveller.core.policies import make_policy
 from leveller.model.flow import flow_key
 
@@ -53,3 +55,27 @@ def test_fair_policy_puts_everything_on_level_zero() -> None:
     jobs = [JobInput("a", 18, 100.0, 0.5), JobInput("b", 6, 100.0, 1.0)]
     d = decide(jobs, {FA: "a", FB: "b"}, {FA: ("L",), FB: ("L",)}, make_policy("fair"), 4, 110.0)
     assert d.order is None and d.levels == {FA: 0, FB: 0}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.lists(st.sampled_from("pqrstu"), max_size=4))),
+                max_size=25))
+def test_job_links_are_the_links_of_each_jobs_routed_flows(rows: list[tuple[int, list[str] | None]]) -> None:
+    """job_links against a loop over the flows: every job -> the set of links its flows cross, a flow of
+    unknown path crossing the one pseudo-link they all share (so such jobs are never apart); a job whose
+    flows cross none is left out."""
+    from leveller.controller.flowtable import UNKNOWN_PATH, FlowTable
+
+    flows = {flow_key("10.0.0.1", "10.0.0.2", 1000 + i, 2000): f"j{job}" for i, (job, _) in enumerate(rows)}
+    links = {k: (None if p is None else tuple(dict.fromkeys(p))) for k, (_, p) in zip(flows, rows)}
+    table = FlowTable()
+    table.update_host("h", flows.items())
+    table.set_links(list(links.items()))
+    ids = table.live()
+    snapshot = table.snapshot(ids[table.routed[ids]])
+    expected: dict[str, set[str]] = {}
+    for key, job in flows.items():
+        for link in links[key] or (UNKNOWN_PATH,):  # no path, or an empty one: the pseudo-link
+            expected.setdefault(job, set()).add(link)
+    got = {job: {snapshot.link_names[i] for i in ids_} for job, ids_ in job_links(snapshot).items()}
+    assert got == expected

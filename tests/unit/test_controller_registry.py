@@ -1,10 +1,14 @@
-"""Controller registry: merging agents' reports, profiling one job at a time, refusing bad reports."""
+"""Controller registry: merging agents' reports, profiling one job at a time (side by side where their
+links do not meet), refusing bad reports."""
 
 from __future__ import annotations
 
+import random
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leveller.codec import SchemaError
 from leveller.controller.registry import Registry
@@ -110,3 +114,80 @@ def test_a_replaced_report_is_freed_by_its_replacement_not_kept_by_the_cached_vi
     reg.accept(new, now=100.0)
     assert sys.getrefcount(old) == 2  # this test's name and getrefcount's argument: nothing else
     assert [a.report for a in reg.live(100.0)] == [new] and reg.view(100.0).hosts == ("h1",)
+
+
+def _three_waiting(links: dict[str, frozenset[int]] | None) -> list[tuple[str, bool]]:
+    reg = Registry(stale_after_s=100, profile_samples=3)
+    for i, name in enumerate("abc"):
+        reg.accept(rep(f"h{i}", JobReport(name, 0, 100.0 + i)), now=100.0 + i)
+    reg.update_profiling(103.0, None if links is None else (lambda: links))
+    return [(j.name, j.profiling) for j in reg.job_inputs(103.0)]
+
+
+def test_jobs_on_links_apart_are_profiled_side_by_side() -> None:
+    apart = {"a": frozenset({0, 1}), "b": frozenset({2}), "c": frozenset({3, 4})}
+    assert _three_waiting(apart) == [("a", True), ("b", True), ("c", True)]
+
+
+def test_a_job_sharing_a_link_with_one_being_profiled_waits_its_turn() -> None:
+    # b shares link 1 with a (the earliest, profiled first); c shares nothing with a but link 5 with b,
+    # which is not being profiled: c goes beside a
+    links = {"a": frozenset({0, 1}), "b": frozenset({1, 5}), "c": frozenset({5, 6})}
+    assert _three_waiting(links) == [("a", True), ("b", False), ("c", True)]
+    # a chain: c meets the second job opened beside a, so only b opens
+    chain = {"a": frozenset({0}), "b": frozenset({1}), "c": frozenset({1, 2})}
+    assert _three_waiting(chain) == [("a", True), ("b", True), ("c", False)]
+
+
+def test_unknown_links_mean_one_window_at_a_time() -> None:
+    assert _three_waiting(None) == [("a", True), ("b", False), ("c", False)]  # no path information
+    # b's flows are not routed yet: it waits; c is apart from a
+    assert _three_waiting({"a": frozenset({0}), "c": frozenset({3})}) == [("a", True), ("b", False), ("c", True)]
+    # the job being profiled has no known links: nobody beside it
+    assert _three_waiting({"b": frozenset({1}), "c": frozenset({3})}) == [("a", True), ("b", False), ("c", False)]
+
+
+def test_the_links_are_asked_for_only_when_a_job_waits_beside_one_being_profiled() -> None:
+    reg = Registry(stale_after_s=100, profile_samples=3)
+    reg.accept(rep("h1", JobReport("a", 0, 100.0)), now=100.0)
+    asked: list[int] = []
+
+    def links() -> dict[str, frozenset[int]]:
+        asked.append(1)
+        return {"a": frozenset({0})}
+
+    reg.update_profiling(100.5, links)
+    assert asked == [] and reg.jobs["a"].profiler.profiling  # a alone: nothing to compare
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.frozensets(st.integers(0, 6), max_size=3), min_size=1, max_size=7), st.integers(0, 2 ** 32 - 1))
+def test_side_by_side_windows_never_share_a_link(sets: list[frozenset[int]], seed: int) -> None:
+    """Whatever the jobs' links and the order their windows end in, the jobs being profiled at once (when
+    more than one) cross pairwise disjoint, known links, and some job is profiled while one waits."""
+    rnd = random.Random(seed)
+    names = [f"j{i}" for i in range(len(sets))]
+    links = {n: s for n, s in zip(names, sets) if s}
+    reg = Registry(stale_after_s=1e6, profile_samples=1)
+    now = 100.0
+    for i, name in enumerate(names):
+        reg.accept(rep(f"h{i}", JobReport(name, 0, now)), now=now)
+    done = dict.fromkeys(names, 0)
+    for _ in range(3 * len(names)):
+        now += 1.0
+        reg.update_profiling(now, lambda: links)
+        on = [n for n in names if reg.jobs[n].profiler.profiling]
+        waiting = [n for n in names if reg.jobs[n].profiler.ideal is None and n not in on]
+        assert on or not waiting
+        if len(on) > 1:
+            assert all(links.get(n) for n in on), on
+            for x in on:
+                for y in on:
+                    assert x == y or links[x].isdisjoint(links[y]), (x, y, links)
+        if on:  # one of them finishes its window: two iteration ends after it opened
+            name = rnd.choice(on)
+            done[name] += 2
+            i = names.index(name)
+            reg.accept(rep(f"h{i}", JobReport(name, done[name], 100.0, None,
+                                              ((done[name] - 1, now + 0.2), (done[name], now + 0.7)))), now=now + 0.8)
+    assert all(reg.jobs[n].profiler.ideal is not None for n in names)
