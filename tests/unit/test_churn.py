@@ -80,3 +80,17 @@ def test_leveller_min_is_compared_with_every_other_policy() -> None:
     assert checks({"leveller": {**base, "min": 0.5}, "fair": {**base, "min": 0.4}})["leveller_min_at_least_others"]
     assert not checks({"leveller": {**base, "min": 0.3}, "crux": {**base, "min": 0.4}})["leveller_min_at_least_others"]
     assert "leveller_min_at_least_others" not in checks({"leveller": {**base, "min": 0.3}})
+
+
+def test_marks_are_timed_from_the_jobs_processes_exit_when_known() -> None:
+    """A job's processes may outlive its last iteration (their flows rightly marked meanwhile): the
+    lease runs from their exit. Here a's workers exit at 104.4, 0.1 s before h1 reports f1 unmarked."""
+    r = _record()
+    r.exits = {"a": 104.4}
+    a = summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))["policies"]["leveller"]["jobs"]["a"]
+    assert a["marks_gone_s"] == pytest.approx(0.1)
+    r.agent_lines["h1"].insert(2, {"t": 104.45, "marks": {"f1": 16}, "bytes": {}})  # still marked after the exit
+    r.agent_lines["h1"][-1]["t"] = 107.0
+    doc = summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))
+    assert doc["policies"]["leveller"]["jobs"]["a"]["marks_gone_s"] == pytest.approx(2.6)
+    assert doc["policies"]["leveller"]["marks_past_lease"] == ["a"]

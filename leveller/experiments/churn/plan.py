@@ -159,3 +159,4 @@ class PolicyRecord:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     agent_lines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)  # job -> why it did not run
+    exits: dict[str, float] = field(default_factory=dict)  # job -> when its last worker process had exited

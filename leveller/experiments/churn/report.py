@@ -112,7 +112,9 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
             if levels:
                 entry["first_level_s"] = round(levels[0][0] - log.start, 3)
                 entry["first_level_target_s"] = round(PROFILE_SAMPLES * ideal + 2 * settings.tau_s, 3)
-            end = last if entry["finished"] else r.t_end
+            # its end: its processes gone (they may outlive the last iteration by a second or two under
+            # load, their flows rightly marked meanwhile), else its last iteration, or the run's end
+            end = r.exits.get(a.name, last if entry["finished"] else r.t_end)
             gone = marks_gone(r, flows.get(a.name, set()), end)
             if gone is not None:
                 entry["marks_gone_s"] = round(gone, 3) if np.isfinite(gone) else None

@@ -92,8 +92,9 @@ class _Cgroups:
 
 
 def _run_job(cluster: DemoCluster, a: Arrival, work: Path, sockets: dict[str, Path], cgroups: _Cgroups,
-             deadline: float, settings: ChurnSettings, failures: dict[str, str]) -> None:
-    """One job from its arrival to its last iteration (or ``deadline``), its cgroup removed after."""
+             deadline: float, settings: ChurnSettings, failures: dict[str, str], exits: dict[str, float]) -> None:
+    """One job from its arrival to its last iteration (or ``deadline``), its cgroup removed after; ``exits``
+    gets the time its last worker process had exited (the job's end for its marks)."""
     from leveller.jobs.launcher import JobRun
     from leveller.jobs.spec import TCP_PAYLOAD_SHARE, RunConfig, WorkerPlace
 
@@ -106,6 +107,7 @@ def _run_job(cluster: DemoCluster, a: Arrival, work: Path, sockets: dict[str, Pa
                          payload_share=TCP_PAYLOAD_SHARE, window_bytes=WINDOW_BYTES, slack_s=a.slack_s)
         with JobRun(spec, log=str(work / f"{a.name}.log")) as run:
             results = run.wait(grace_s=15)
+        exits[a.name] = time.time()
         failed = [w for w in results if w.returncode not in (0, None) and w.iterations == 0]
         if failed:
             failures[a.name] = f"worker {failed[0].rank} exit {failed[0].returncode}: {failed[0].stderr[-300:]}"
@@ -154,7 +156,8 @@ def run_policy(cluster: DemoCluster, policy: str, arrivals: Sequence[Arrival], s
                     progress(policy, (time.time() - record.t_start) / settings.duration_s)
                     time.sleep(min(0.25, max(0.0, record.t_start + a.at - time.time())))
                 t = threading.Thread(target=_run_job, args=(cluster, a, work, sockets, cgroups, deadline, settings,
-                                                            record.failures), name=f"job-{a.name}", daemon=True)
+                                                            record.failures, record.exits),
+                                     name=f"job-{a.name}", daemon=True)
                 t.start()
                 threads.append(t)
             while time.time() < deadline:
