@@ -12,7 +12,10 @@ never restarted while jobs come and go; every policy runs on the same arrivals.
 Reported per policy: min, p10 and mean R of the jobs that finished (R against the ideal time the
 controller profiled for the job, the smallest over the policy runs); per job the seconds from its
 start to its first level (target: its profiling, 5 iterations at its ideal time, plus 2 tau) and
-from its end to its last mark gone (target: within the lease); the jobs never ranked (target: 0).
+from its end to its last mark gone (target: within the lease); the jobs never ranked (target: 0);
+beside them, the fluid model's min R of the same arrivals under the same policy (the network simulator,
+LEVELLER with the controller's profiling windows: leveller.experiments.churn.model), to tell a policy's
+margin from the testbed's noise.
 Checks: every job ranked, every first level in time, no mark past the lease, LEVELLER's min R at least
 every other policy's; they decide the exit status. In --out: churn.json with every job's timings
 and levels, churn.png (the jobs over time, coloured by their level). Needs root. Ctrl-C tears
@@ -77,6 +80,7 @@ def handle(args: argparse.Namespace) -> int:
     policies = check(args)
     from leveller.commands import output_dir
     from leveller.commands.experiment import live_progress
+    from leveller.experiments.churn.model import model_summary
     from leveller.experiments.churn.plan import ChurnSettings
     from leveller.experiments.churn.report import summarize
     from leveller.experiments.churn.run import run_churn
@@ -92,7 +96,8 @@ def handle(args: argparse.Namespace) -> int:
             progress(sum(done.values()) / len(policies))
 
         arrivals, records = run_churn(settings, policies, args.name, note=note, progress=step)
-    doc = summarize(arrivals, records, settings)
+    note("the fluid model of the same arrivals (churn.model)")
+    doc = summarize(arrivals, records, settings, model_summary(arrivals, settings, policies))
     (out / "churn.json").write_text(json.dumps(doc, indent=1))
     if args.plot:
         from leveller.experiments.churn.plot import plot_churn
@@ -115,7 +120,8 @@ def _print(doc: dict, out: object) -> None:
     s = doc["settings"]
     table = Table(title=f"churn: {len(doc['arrivals'])} jobs over {s['duration_s']:g} s (mean arrival "
                         f"{s['mean_arrival_s']:g} s, ~{s['mean_iterations']} iterations, seed {s['seed']})")
-    for col in ("policy", "finished", "min R", "p10 R", "mean R", "never ranked", "first level max s",
+    model = ("model min R (finished)",) if "model" in doc else ()
+    for col in ("policy", "finished", "min R", "p10 R", "mean R", *model, "never ranked", "first level max s",
                 "marks gone max s"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for row in table_rows(doc):

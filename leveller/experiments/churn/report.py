@@ -72,7 +72,8 @@ def marks_gone(record: PolicyRecord, labels: set[str], end: float) -> float | No
     return worst
 
 
-def _stats(values: Sequence[float]) -> dict[str, float | None]:
+def stats(values: Sequence[float]) -> dict[str, float | None]:
+    """min, p10 and mean of ``values`` (None each when there are none)."""
     if not values:
         return {"min": None, "p10": None, "mean": None}
     arr = np.asarray(values, dtype=float)
@@ -80,9 +81,10 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
             "mean": round(float(arr.mean()), 4)}
 
 
-def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], settings: ChurnSettings
-              ) -> dict[str, Any]:
-    """The JSON result: per policy the R figures and per job the timings; the checks."""
+def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], settings: ChurnSettings,
+              model: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON result: per policy the R figures and per job the timings (and ``model``, the fluid
+    model's figures on the same arrivals: churn.model); the checks."""
     ideals: dict[str, float] = {}
     for r in records:
         for job, t in profiled_ideal(r).items():
@@ -129,7 +131,7 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
         gone_s = [j["marks_gone_s"] for j in jobs.values() if j.get("marks_gone_s") is not None]
         policies[r.policy] = {
             "jobs_arrived": len(arrivals), "jobs_started": len(started), "jobs_finished": len(finished),
-            **_stats(finished),
+            **stats(finished),
             "never_ranked": sorted(n for n, j in jobs.items() if "start" in j and not j["ranked"]),
             "first_level_s": {"max": max(first, default=None), "p50": float(np.median(first)) if first else None},
             "first_level_late": late,
@@ -142,7 +144,8 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
                          "mean_iterations": settings.mean_iterations, "seed": settings.seed,
                          "levels": settings.levels, "tau_s": settings.tau_s, "lease_s": settings.lease_s,
                          "link_mbps": settings.link_mbps},
-            "arrivals": [a.to_dict() for a in arrivals], "policies": policies, "checks": checks(policies)}
+            "arrivals": [a.to_dict() for a in arrivals], "policies": policies,
+            **({"model": dict(model)} if model is not None else {}), "checks": checks(policies)}
 
 
 def checks(policies: Mapping[str, Any]) -> dict[str, bool]:
@@ -160,13 +163,18 @@ def checks(policies: Mapping[str, Any]) -> dict[str, bool]:
 
 
 def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
-    """One row per policy: finished, min / p10 / mean R, never ranked, first level max, marks gone max."""
+    """One row per policy: finished, min / p10 / mean R, the model's min R (and jobs finished in the model)
+    when the result has a model, never ranked, first level max, marks gone max."""
     def f(x: Any, digits: int = 3) -> str:
         return "-" if x is None else f"{x:.{digits}f}"
 
+    model = doc.get("model")
     rows = []
     for name, p in doc["policies"].items():
+        m = (model or {}).get(name)
+        modelled = [] if model is None else ["-" if m is None or m["min"] is None
+                                             else f"{m['min']:.3f} ({m['jobs_finished']})"]
         rows.append([name, f"{p['jobs_finished']}/{p['jobs_started']}", f(p["min"]), f(p["p10"]), f(p["mean"]),
-                     str(len(p["never_ranked"])), f(p["first_level_s"]["max"], 2),
+                     *modelled, str(len(p["never_ranked"])), f(p["first_level_s"]["max"], 2),
                      f(p["marks_gone_s"]["max"], 2)])
     return rows
