@@ -32,7 +32,7 @@ def test_a_live_ring_alone_takes_compute_plus_its_communication_in_the_model() -
 def test_a_three_host_ring_gives_the_simulator_bytes_that_put_the_live_volume_on_each_link() -> None:
     """Live: every rank sends M x rate / 8 = 0.6 x 25e6 / 8 = 1,875,000 bytes to its successor; the
     simulator's ring all-reduce puts 2(W-1)/W = 4/3 x bytes on each link, so bytes = 1,406,250."""
-    from leveller.experiments.tenants.model import model_specs
+    from leveller.experiments.shared.jobs import model_specs
 
     job = LiveJob("b", ("h1", "h2", "h4"), JobShape(0.2, 0.6, slack=0.2), 22000, pattern="ring", rate_mbps=25.0)
     spec = model_specs([job])[0]

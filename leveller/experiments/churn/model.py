@@ -2,7 +2,7 @@
 
 Beside each live policy run, `leveller experiment churn` reports what the flow-level simulator
 (leveller.sim.network) gives the same jobs: each arrival's scaled compute, communication and slack
-(tenants.model.model_specs), arriving at its time for its number of iterations, on the same
+(shared.jobs.model_specs), arriving at its time for its number of iterations, on the same
 leaf-spine at the same link rate, with the same levels and tau. The model's R of a job is against its
 iteration time alone in the model; as live, only the jobs that finish within the run count.
 
@@ -79,7 +79,7 @@ def model_summary(arrivals: Sequence[Arrival], settings: ChurnSettings, policies
                   ) -> dict[str, dict[str, Any]]:
     """policy -> the model's jobs finished within the run and their min, p10 and mean R."""
     from leveller.experiments.churn.report import stats
-    from leveller.experiments.tenants.model import model_specs
+    from leveller.experiments.shared.jobs import model_specs
     from leveller.sim.network.engine import Simulation
     from leveller.sim.network.topology import Network
 

@@ -106,7 +106,7 @@ def draw(duration_s: float, mean_arrival_s: float, mean_iterations: int, seed: i
     by_leaf = leaves(topo)
     out: list[Arrival] = []
     t = float(rng.exponential(mean_arrival_s))
-    while t < duration_s:
+    while (at := max(round(t, 3), 0.001)) < duration_s:  # rounded first: 299.9996 s is no arrival of a 300 s run
         k = len(out)
         n = int(rng.integers(MIN_HOSTS, MAX_HOSTS + 1))
         picked = rng.choice(sorted(by_leaf), size=2, replace=False)  # two leaves at least
@@ -119,7 +119,7 @@ def draw(duration_s: float, mean_arrival_s: float, mean_iterations: int, seed: i
         lo, hi = max(1, mean_iterations // 2), max(1, (3 * mean_iterations) // 2)
         iterations = int(rng.integers(lo, hi + 1))
         short = str(m["model"]).split("/")[0].replace("_", "")[:12]
-        out.append(Arrival(f"c{k:03d}-{short}", round(t, 3), tuple(hosts), str(m["model"]), compute, comm, slack,
+        out.append(Arrival(f"c{k:03d}-{short}", at, tuple(hosts), str(m["model"]), compute, comm, slack,
                            iterations, BASE_PORT + PORT_STRIDE * (k % 3000)))
         t += float(rng.exponential(mean_arrival_s))
     return out

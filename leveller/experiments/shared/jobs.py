@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leveller.experiments.shared.star import LINK_MBPS
+from leveller.model.job import JobSpec
 from leveller.model.shape import JobShape
 
 
@@ -31,3 +33,17 @@ class LiveJob:
         """``JOB=C:M:G:S`` for the controller's --job-shape (the shape's wire form)."""
         s = self.shape
         return f"{self.name}={float(s.compute)!r}:{float(s.comm)!r}:{s.gpus}:{float(s.slack)!r}"
+
+
+def model_specs(jobs: Sequence[LiveJob]) -> list[JobSpec]:
+    """The simulator's jobs for live ring jobs: each rank's link carries the live volume per iteration."""
+    from leveller.sim.network.jobs import ring_volumes
+
+    specs = []
+    for j in jobs:
+        shape = j.shape
+        volume = shape.comm * j.rate_mbps * 1e6 / 8  # bytes one rank sends its successor per iteration
+        per_rank = ring_volumes(len(j.hosts), 1.0, 1)
+        specs.append(JobSpec(j.name, tuple(j.hosts), float(shape.compute), volume / per_rank if per_rank else 0.0,
+                             slack=float(shape.slack)))
+    return specs

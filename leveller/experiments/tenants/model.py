@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 from leveller.core.switching import PAPER, SwitchRule
 from leveller.core.topology import Topology
-from leveller.experiments.shared.jobs import LiveJob
-from leveller.model.job import JobSpec
+from leveller.experiments.shared.jobs import LiveJob, model_specs
 
 
 def model_rates(topo: Topology, jobs: Sequence[LiveJob], policy: str, levels: int, seconds: float,
@@ -31,17 +30,3 @@ def model_rates(topo: Topology, jobs: Sequence[LiveJob], policy: str, levels: in
                      floor=floor)
     result = sim.run()
     return {o.name: float(o.rate) for o in result.jobs if o.rate is not None}
-
-
-def model_specs(jobs: Sequence[LiveJob]) -> list[JobSpec]:
-    """The simulator's jobs for live ring jobs: each rank's link carries the live volume per iteration."""
-    from leveller.sim.network.jobs import ring_volumes
-
-    specs = []
-    for j in jobs:
-        shape = j.shape
-        volume = shape.comm * j.rate_mbps * 1e6 / 8  # bytes one rank sends its successor per iteration
-        per_rank = ring_volumes(len(j.hosts), 1.0, 1)
-        specs.append(JobSpec(j.name, tuple(j.hosts), float(shape.compute), volume / per_rank if per_rank else 0.0,
-                             slack=float(shape.slack)))
-    return specs
