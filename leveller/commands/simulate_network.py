@@ -25,8 +25,9 @@ H200 profiles (leveller/sim/network/catalog_data.py), placed at arrival on free 
 
 Trace contended:jobs=N,seed=S (other keys as synthetic:, defaults models=paper,collective=mix,
 per_host=1,placement=scattered,load=0.5,min_hosts=2,max_hosts=16,min_s=300,max_s=1800): paper-scale
-GPT models (1.3B-13B, DDP and FSDP; leveller/sim/network/catalog_paper.py, an extrapolation of the
-H200 rows), one GPU per host per job. synthetic: also takes models=h200|paper, collective=ddp|fsdp|mix,
+GPT models (1.3B-13B, DDP and FSDP; leveller/sim/network/catalog_paper.py, measured on an H200), one
+GPU per host per job. Both take gpu=h200|a100 (times scaled by peak BF16 TFLOP/s, 989.4 / 312 for the
+A100). synthetic: also takes models=h200|paper, collective=ddp|fsdp|mix,
 per_host=all|1 and arrivals=lingjun|philly|helios,file=PATH (replay of a trace file's submit times,
 durations and GPU counts; leveller/sim/network/tracefiles.py). Topology paper-testbed: 12 hosts of one
 GPU and one 100 Gbit/s NIC, 3 leaves, 2 spines, 50 Gbit/s between switches; fabric: also takes

@@ -27,6 +27,7 @@ class JobSpec:
     model: str = ""  # catalog entry of a synthetic job
     collective: str = "ddp"  # "ddp": one ring all-reduce; "fsdp": three ring phases (see ``stages``)
     gpus_per_rank: int = 0  # GPUs the job takes on each of its hosts; 0 = the whole host
+    forward: float = 0.0  # FSDP: seconds of ``compute`` in the forward pass (0: a third; see ``stages``)
 
     @property
     def n_hosts(self) -> int:
@@ -40,10 +41,14 @@ class JobSpec:
         starts; the stage ends when both are done. DDP: one stage, the all-reduce starting ``slack``
         s before compute ends. FSDP full sharding: three stages of ``compute / 3`` each, every one
         with its collective from its start: all-gather | forward, all-gather | first half of the
-        backward, reduce-scatter | second half of the backward (backward = 2/3 of compute). Each
-        phase overlaps its own stage only.
+        backward, reduce-scatter | second half of the backward. The forward is ``forward`` s when
+        given (a measured catalog entry), else a third of compute (backward = 2/3). Each phase
+        overlaps its own stage only.
         """
         if self.collective == "fsdp":
+            if 0 < self.forward < self.compute:
+                half = (self.compute - self.forward) / 2
+                return ((self.forward, 0.0), (half, 0.0), (half, 0.0))
             third = self.compute / 3
             return ((third, 0.0), (third, 0.0), (third, 0.0))
         return ((self.compute, self.compute - self.slack),)

@@ -8,7 +8,6 @@ import pytest
 
 from leveller.errors import UserError
 from leveller.model.job import JobSpec
-from leveller.sim.network import catalog_paper
 from leveller.sim.network.engine import Simulation
 from leveller.sim.network.jobs import iteration_volume, phase_volume
 from leveller.sim.network.policies import make_net_policy
@@ -16,14 +15,6 @@ from leveller.sim.network.runjob import RunJob, ring_flows
 from leveller.sim.network.topology import load_network
 from leveller.sim.network.trace import synthetic
 from leveller.sim.network.tracefiles import read_trace
-
-# The GPT-style rows of the measured H200 profiles (h200-bf16.jsonl, the rows the paper catalog reads;
-# leveller/sim/network/catalog_data.py holds the whole set as derived entries), copied as measured.
-PROFILE_ROWS = [
-    '{"model": "resnet50", "params": 25557032, "batch": 64, "iter_s_median": 0.02926}',
-    '{"model": "gpt2_medium", "params": 354823168, "batch": 8, "iter_s_median": 0.12197652199999709}',
-    '{"model": "gpt2_xl", "params": 1557611200, "batch": 4, "iter_s_median": 0.19687565000000973}',
-]
 
 
 def test_ddp_and_fsdp_bytes_against_hand_computed_values() -> None:
@@ -36,20 +27,6 @@ def test_ddp_and_fsdp_bytes_against_hand_computed_values() -> None:
     assert phase_volume("fsdp", 1, 1e9) == 0.0 and iteration_volume("ddp", 1, 1e9) == 0.0
     with pytest.raises(ValueError, match="collective = 'zero'"):
         phase_volume("zero", 2, 1.0)
-
-
-def test_paper_catalog_is_an_extrapolation_of_the_gpt_rows() -> None:
-    # median of two GPT rows: the mean of their seconds per parameter and token (sequence 1,024 each)
-    by_hand = (0.12197652199999709 / (354823168 * 8 * 1024) + 0.19687565000000973 / (1557611200 * 4 * 1024)) / 2
-    assert catalog_paper.derive_cost(PROFILE_ROWS) == pytest.approx(by_hand, rel=1e-12)
-    assert catalog_paper.COST_PER_PARAM_TOKEN == pytest.approx(by_hand, rel=1e-4)
-    by_name = {m["model"]: m for m in catalog_paper.PAPER_MODELS}
-    assert set(by_name) == {"gpt-1.3b/ddp", "gpt-1.3b/fsdp", "gpt-2.7b/ddp", "gpt-2.7b/fsdp", "gpt-6.7b/ddp",
-                            "gpt-6.7b/fsdp", "gpt-13b/fsdp"}
-    m = by_name["gpt-6.7b/ddp"]
-    assert m["compute_s"] == pytest.approx(catalog_paper.COST_PER_PARAM_TOKEN * 6.7e9 * catalog_paper.TOKENS, rel=1e-5)
-    assert m["bytes"] == int(6.7e9 * 4) and by_name["gpt-6.7b/fsdp"]["bytes"] == int(6.7e9 * 2)
-    assert 0 < m["slack_s"] < m["compute_s"]
 
 
 def test_fsdp_iteration_is_three_overlapped_phases() -> None:

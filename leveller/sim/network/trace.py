@@ -2,8 +2,9 @@
 
 Jobs arrive as a Poisson process. Each draws a model uniformly from a catalog
 (``models=h200``: the measured H200 rows of ``catalog_data.py``; ``models=paper``:
-the paper-scale GPT models of ``catalog_paper.py``, an extrapolation, DDP and FSDP
-entries, narrowed by ``collective=ddp|fsdp|mix``) and a size uniformly among the
+the paper-scale GPT models of ``catalog_paper.py``, measured on an H200, DDP and FSDP
+entries, narrowed by ``collective=ddp|fsdp|mix``; ``gpu=a100`` scales either catalog's
+times to an A100 by peak BF16 TFLOP/s, ``catalog_paper.GPUS``) and a size uniformly among the
 powers of two in [min_hosts, max_hosts] hosts, and runs ``ceil(length / compute)``
 iterations, its length drawn log-uniformly in [min_s, max_s] seconds of compute.
 The arrival rate makes the offered load (GPU-seconds of compute asked per second /
@@ -24,7 +25,7 @@ drawn from the catalog.
 
 Options (defaults): jobs=200, seed=1, load=0.8, placement=contiguous,
 min_hosts=1, max_hosts=16, min_s=120, max_s=1200, overlap=1 (0: no slack),
-models=h200, collective=mix, per_host=all, arrivals=poisson, file=.
+models=h200, collective=mix, per_host=all, arrivals=poisson, file=, gpu=h200.
 
 ``contended:`` is the same with the defaults of CONTENDED, a documented recipe
 for a fabric where jobs contend: the paper-scale catalog, DDP and FSDP, one GPU
@@ -45,25 +46,28 @@ import numpy as np
 from leveller.errors import UserError
 from leveller.model.job import JobSpec
 from leveller.sim.network.catalog_data import MODELS
+from leveller.sim.network.catalog_paper import GPUS, compute_scale, paper_models
 from leveller.sim.network.topology import Network
 
 DEFAULTS: dict[str, Any] = {"jobs": 200, "seed": 1, "load": 0.8, "placement": "contiguous", "min_hosts": 1,
                             "max_hosts": 16, "min_s": 120.0, "max_s": 1200.0, "overlap": 1, "models": "h200",
-                            "collective": "mix", "per_host": "all", "arrivals": "poisson", "file": ""}
+                            "collective": "mix", "per_host": "all", "arrivals": "poisson", "file": "", "gpu": "h200"}
 CONTENDED: dict[str, Any] = {**DEFAULTS, "models": "paper", "collective": "mix", "per_host": "1",
                              "placement": "scattered", "load": 0.5, "min_hosts": 2, "max_hosts": 16,
                              "min_s": 300.0, "max_s": 1800.0}
 PLACEMENTS = ("contiguous", "scattered")
 CHOICES: dict[str, tuple[str, ...]] = {"placement": PLACEMENTS, "models": ("h200", "paper"),
                                        "collective": ("ddp", "fsdp", "mix"), "per_host": ("all", "1"),
-                                       "arrivals": ("poisson", "lingjun", "philly", "helios")}
+                                       "arrivals": ("poisson", "lingjun", "philly", "helios"),
+                                       "gpu": tuple(GPUS)}
 TRACE_KINDS = ("synthetic", "contended")
 Placer = Callable[[Sequence[str], int], tuple[str, ...] | None]
 
 
 KINDS: dict[str, type] = {"jobs": int, "seed": int, "load": float, "placement": str, "min_hosts": int,
                           "max_hosts": int, "min_s": float, "max_s": float, "overlap": int, "models": str,
-                          "collective": str, "per_host": str, "arrivals": str, "file": str}
+                          "collective": str, "per_host": str, "arrivals": str, "file": str,
+                          "gpu": str}
 MINIMUM: dict[str, float] = {"jobs": 1, "seed": 0, "min_hosts": 1, "max_hosts": 1, "overlap": 0}
 MAX_JOBS = 1_000_000  # jobs of one trace (a million jobs is days of simulation; more would only fill memory)
 
@@ -118,10 +122,10 @@ def catalog(opts: dict[str, Any], spec: str) -> list[dict[str, Any]]:
     if opts["models"] == "h200":
         if opts["collective"] == "fsdp":
             raise UserError(f"--trace {spec!r}: collective = fsdp needs models=paper (the H200 rows are DDP)")
-        return [{**m, "collective": "ddp"} for m in MODELS]
-    from leveller.sim.network.catalog_paper import PAPER_MODELS
-
-    return [m for m in PAPER_MODELS if opts["collective"] in ("mix", m["collective"])]
+        scale = compute_scale(opts["gpu"])
+        return [{**m, "collective": "ddp", "compute_s": round(m["compute_s"] * scale, 6),
+                 "slack_s": round(m["slack_s"] * scale, 6)} for m in MODELS]
+    return [m for m in paper_models(opts["gpu"]) if opts["collective"] in ("mix", m["collective"])]
 
 
 def synthetic(spec: str, net: Network) -> tuple[list[JobSpec], Placer]:
@@ -164,7 +168,7 @@ def synthetic(spec: str, net: Network) -> tuple[list[JobSpec], Placer]:
                             arrival=round(float(arrivals[i]), 6),
                             iterations=max(1, math.ceil(length[i] / m["compute_s"])),
                             slack=m["slack_s"] if opts["overlap"] else 0.0, size=int(size[i]), model=m["model"],
-                            collective=m["collective"], gpus_per_rank=per_rank))
+                            collective=m["collective"], gpus_per_rank=per_rank, forward=m.get("forward_s", 0.0)))
     return jobs, make_placer(opts["placement"], list(net.nics), opts["seed"])
 
 
