@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from leveller.agent import kube, peers
-from leveller.agent.jobtable import JobTable
+from leveller.agent.jobtable import JobTable, Refused
 from leveller.agent.reports import FlowSample
 from leveller.model.flow import flow_key
 
@@ -146,6 +146,22 @@ def test_the_source_registers_labelled_pods_and_ends_them_when_they_go(tmp_path:
     assert table.ended == {"pod_gone": 1, "empty": 1}
 
 
+def test_a_process_of_the_pod_registers_under_the_pods_job_whatever_its_uid(tmp_path: Path) -> None:
+    """The pod's entry is root's (the kubelet made it); a registration the source named (its claim) joins the
+    job as the container's user, while a plain socket registration under that name stays refused."""
+    cg, pods = tmp_path / "cg", tmp_path / "pods.json"
+    uid = str(uuid.uuid4())
+    pod = systemd_pod(cg, uid, "burstable")
+    write_pods(pods, [pod_item(uid, "gpt")])
+    table = JobTable()
+    table.sources.append(kube.KubeSource(str(pods), str(cg)))
+    table.sweep(now=10.0, force=True)
+    table.add("kube", "team-a.gpt", 1000, str(pod), rank=1)
+    with pytest.raises(Refused) as err:
+        table.add("socket", "team-a.gpt", 1001, str(cgroupfs_pod(tmp_path / "other", str(uuid.uuid4()), "besteffort")))
+    assert err.value.reason == "name_taken"
+
+
 def test_a_bad_pod_is_counted_once_and_the_other_pods_go_on(tmp_path: Path) -> None:
     cg, pods = tmp_path / "cg", tmp_path / "pods.json"
     good, bad = str(uuid.uuid4()), str(uuid.uuid4())
@@ -228,3 +244,23 @@ def test_a_real_process_in_a_real_kubepods_cgroup_is_named_by_its_pods_job(tmp_p
             except OSError:
                 pass
         assert not top.exists()
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--kube-token-file", "/t"], ["--kube-token-file", "only meaningful with --kube-pods"]),
+    (["--kube-cgroup-root", "/c"], ["--kube-cgroup-root", "only meaningful with --kube-pods"]),
+    (["--kube-pods", "http://127.0.0.1:10255/pods", "--kube-token-file", "/t"], ["--kube-token-file", "https"]),
+])
+def test_kube_flags_without_what_they_need_are_refused_by_name(flags: list[str], words: list[str]) -> None:
+    from leveller.agent import arrivals
+    from leveller.cli import build_parser
+    from leveller.errors import UserError
+
+    args = build_parser().parse_args(["agent", "--controller", "127.0.0.1:1", *flags])
+    with pytest.raises(UserError) as err:
+        arrivals.check(args)
+    for w in words:
+        assert w in str(err.value)
+    args = build_parser().parse_args(["agent", "--controller", "127.0.0.1:1", "--kube-pods", "/pods.json"])
+    arrivals.check(args)
+    assert arrivals.wanted(args)
