@@ -246,7 +246,8 @@ class KubeSource:
         from leveller.agent.jobtable import Refused
 
         self.refresh(now)
-        known = {e.key: e for e in table.entries.values() if e.source == self.name}
+        # the pods' own entries (keyed by pod UID), not the registrations this source named (key None)
+        known = {e.key: e for e in table.entries.values() if e.source == self.name and e.key is not None}
         seen = set()
         found = list(pod_cgroups(self.root))
         self.paths = {p.uid: p.path for p in found}

@@ -157,6 +157,8 @@ def test_a_process_of_the_pod_registers_under_the_pods_job_whatever_its_uid(tmp_
     table.sources.append(kube.KubeSource(str(pods), str(cg)))
     table.sweep(now=10.0, force=True)
     table.add("kube", "team-a.gpt", 1000, str(pod), rank=1)
+    table.sweep(now=20.0, force=True)  # the source's next scan leaves the registration it named alone
+    assert sorted((e["uid"], e["rank"]) for e in table.snapshot()) == [(0, 0), (1000, 1)]
     with pytest.raises(Refused) as err:
         table.add("socket", "team-a.gpt", 1001, str(cgroupfs_pod(tmp_path / "other", str(uuid.uuid4()), "besteffort")))
     assert err.value.reason == "name_taken"
