@@ -83,6 +83,10 @@ class AgentConfig:
     socket: str | None = None
     slurm: bool = False
     job_cgroup_root: str | None = None
+    kube_pods: str | None = None
+    kube_token_file: str | None = None
+    kube_ca: str | None = None
+    kube_cgroup_root: str | None = None
     max_jobs: int = MAX_JOBS
     max_registrations: int = DEFAULT_MAX_ENTRIES
     registrations_per_second: float = DEFAULT_RATE
@@ -352,7 +356,7 @@ def run_agent(cfg: AgentConfig, on_step: Callable[[StepResult, Rejections], None
         raise UserError("--controller: give the controller's HOST:PORT (or `controller = \"HOST:PORT\"` in --config)")
     controllers = parse_addresses(args.controller)
     if not args.log and not arrivals.wanted(args):
-        raise UserError("--log: give at least one job log to follow (or --socket / --slurm for jobs that "
+        raise UserError("--log: give at least one job log to follow (or --socket / --slurm / --kube-pods for jobs that "
                         "register or are found by themselves)")
     arrivals.check(args)
     if not args.interval > 0:

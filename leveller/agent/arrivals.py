@@ -1,7 +1,8 @@
 """The agent's options for jobs that come and go, and the job table they build (wired by leveller.agent.app).
 
 --socket PATH serves the registration socket (leveller.agent.regserver), --slurm discovers the
-jobs Slurm runs on this host (leveller.agent.slurm); either makes --log optional. The limits
+jobs Slurm runs on this host (leveller.agent.slurm), --kube-pods the pods of this Kubernetes node
+that are LEVELLER jobs (leveller.agent.kube); each makes --log optional. The limits
 (--max-jobs, --max-registrations, --registrations-per-second, --iterations-per-second,
 --registration-timeout) bound what clients can make the agent hold.
 """
@@ -33,6 +34,20 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-cgroup-root", metavar="DIR",
                         help="with --slurm: the cgroup (relative to the cgroup2 mount, or absolute) under which "
                         "the agent makes one cgroup per discovered job (default: leveller)")
+    parser.add_argument("--kube-pods", metavar="URL_OR_FILE",
+                        help="find the Kubernetes pods on this node that are LEVELLER jobs (label or annotation "
+                        "leveller.io/job; ideal time and weight from the annotations leveller.io/ideal-time, "
+                        "leveller.io/weight) in the kubelet's pod list: its /pods URL or a file of that JSON, e.g. "
+                        "--kube-pods http://127.0.0.1:10255/pods or https://127.0.0.1:10250/pods with "
+                        "--kube-token-file; each pod's cgroup is its job's (docs/operations.md, \"Kubernetes\")")
+    parser.add_argument("--kube-token-file", metavar="FILE",
+                        help="with an https --kube-pods: bearer token for the kubelet, e.g. "
+                        "/var/run/secrets/kubernetes.io/serviceaccount/token")
+    parser.add_argument("--kube-ca", metavar="PEM",
+                        help="with an https --kube-pods: CA the kubelet's serving certificate is signed by")
+    parser.add_argument("--kube-cgroup-root", metavar="DIR",
+                        help="with --kube-pods: where the pods' cgroups are looked for (relative to the cgroup2 "
+                        "mount, or absolute; default the mount: kubepods.slice or kubepods below it)")
     parser.add_argument("--max-jobs", type=int, default=MAX_JOBS,
                         help=f"jobs this host reports at most (default {MAX_JOBS}: a report's bound)")
     parser.add_argument("--max-registrations", type=int, default=DEFAULT_MAX_ENTRIES,
@@ -60,16 +75,22 @@ def check(cfg: Any) -> None:
             raise UserError(f"{name} {value}: must be > 0 (and at most 1e6)")
     if cfg.job_cgroup_root and not cfg.slurm:
         raise UserError("--job-cgroup-root: only meaningful with --slurm")
+    for name, value in (("--kube-token-file", cfg.kube_token_file), ("--kube-ca", cfg.kube_ca),
+                        ("--kube-cgroup-root", cfg.kube_cgroup_root)):
+        if value and not cfg.kube_pods:
+            raise UserError(f"{name}: only meaningful with --kube-pods")
+    if cfg.kube_pods and cfg.kube_pods.startswith("http://") and cfg.kube_token_file:
+        raise UserError("--kube-token-file: sent only over https (--kube-pods https://...), not in clear text")
 
 
 def wanted(cfg: Any) -> bool:
-    return bool(cfg.socket or cfg.slurm)
+    return bool(cfg.socket or cfg.slurm or cfg.kube_pods)
 
 
 @contextlib.contextmanager
 def job_table(cfg: Any, classifier: JobClassifier, ideals: Mapping[str, float], weights: Mapping[str, float],
               on_reject: Callable[..., None], metrics: Any = None) -> Iterator[JobTable | None]:
-    """The job table of --socket / --slurm with its server and sources running (None without both)."""
+    """The job table of --socket / --slurm / --kube-pods with its server and sources running (None without both)."""
     if not wanted(cfg):
         yield None
         return
@@ -89,6 +110,11 @@ def job_table(cfg: Any, classifier: JobClassifier, ideals: Mapping[str, float], 
             source = SlurmSource(cfg.job_cgroup_root or "leveller", netns=cfg.netns, on_reject=on_reject)
             stack.callback(source.close)
             table.sources.append(source)
+        if cfg.kube_pods:
+            from leveller.agent.kube import KubeSource
+
+            table.sources.append(KubeSource(cfg.kube_pods, cfg.kube_cgroup_root, cfg.kube_token_file,
+                                            cfg.kube_ca, on_reject=on_reject))
         if cfg.socket:
             from leveller.agent.regserver import RegistrationServer
 

@@ -138,7 +138,9 @@ class JobTable:
                 raise Refused("registrations", f"this host has {len(self.entries)} registrations; at most "
                               f"{self.max_entries} (--max-registrations)")
             names = self.jobs_by_uid()
-            if job in names and names[job] != uid and uid != 0:
+            # a scheduler's source (not "socket") named the job from what the scheduler set up, so the name is
+            # its, whichever uid the job's processes run as (a pod's containers may run as several)
+            if job in names and names[job] != uid and uid != 0 and source == "socket":
                 raise Refused("name_taken", f"job {job!r} is registered on this host by uid {names[job]}; "
                               f"uid {uid} may not report under that name (choose another LEVELLER_JOB)")
             if job not in names and len(names) >= self.max_jobs:
