@@ -250,3 +250,106 @@ def refill(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_
         old_level[f] = level[f]
         old_active[f] = active[f]
     return n_part
+
+
+# --- a contention group's event step (leveller.sim.network.group.Group), loop for loop --------------
+
+@njit(cache=True)
+def advance(remaining: np.ndarray, active: np.ndarray, rate: np.ndarray,
+            dt: float) -> None:  # pragma: no cover - compiled
+    """``remaining -= where(active, rate * dt, 0.0)``."""
+    for f in range(remaining.shape[0]):
+        remaining[f] = remaining[f] - (rate[f] * dt if active[f] else 0.0)
+
+
+@njit(cache=True)
+def finish(active: np.ndarray, remaining: np.ndarray, volume: np.ndarray, solo: np.ndarray, done_share: float,
+           done: np.ndarray) -> int:  # pragma: no cover - compiled
+    """The active flows with at most ``done_share`` of their volume left, marked in ``done``, stopped
+    and emptied; 0 if none, 1 if only solo flows, 2 if a coupled one too."""
+    out = 0
+    for f in range(active.shape[0]):
+        d = active[f] and remaining[f] <= volume[f] * done_share
+        done[f] = d
+        if d:
+            active[f] = False
+            remaining[f] = 0.0
+            if not solo[f]:
+                out = 2
+            elif out == 0:
+                out = 1
+    return out
+
+
+@njit(cache=True)
+def soonest(active: np.ndarray, rate: np.ndarray,
+            remaining: np.ndarray) -> tuple[bool, float]:  # pragma: no cover - compiled
+    """Whether a flow moves, and ``np.min(remaining / rate)`` over the moving ones (NaN if a quotient is)."""
+    m = np.inf
+    moving = False
+    for f in range(active.shape[0]):
+        if active[f] and rate[f] > 0:
+            q = remaining[f] / rate[f]
+            if q != q:
+                return True, q
+            if not moving or q < m:
+                m = q
+            moving = True
+    return moving, m
+
+
+@njit(cache=True)
+def compose(active: np.ndarray, solo: np.ndarray, solo_rate: np.ndarray, coupled: np.ndarray,
+            coupled_rate: np.ndarray, rate: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``rate = where(active & solo, solo_rate, 0.0); rate[coupled] = coupled_rate`` into ``rate``."""
+    for f in range(active.shape[0]):
+        rate[f] = solo_rate[f] if active[f] and solo[f] else 0.0
+    for i in range(coupled.shape[0]):
+        rate[coupled[i]] = coupled_rate[i]
+
+
+@njit(cache=True)
+def keep_solo(active: np.ndarray, solo: np.ndarray, solo_rate: np.ndarray,
+              rate: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``rate = where(active, rate, 0.0); rate[active & solo] = solo_rate[active & solo]`` in place."""
+    for f in range(active.shape[0]):
+        if not active[f]:
+            rate[f] = 0.0
+        elif solo[f]:
+            rate[f] = solo_rate[f]
+
+
+@njit(cache=True)
+def snapshot(active: np.ndarray, rate: np.ndarray, acc_flow: np.ndarray, acc_col: np.ndarray, acc_pair: np.ndarray,
+             acc_cap: np.ndarray, pair_col: np.ndarray, now_send: np.ndarray, now_util: np.ndarray,
+             now_both: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``Group._snapshot``: who sends on which shared link, and its utilisation (loads summed in pair order,
+    as ``np.bincount`` sums them)."""
+    n_col = acc_cap.shape[0]
+    load = np.zeros(n_col)
+    send = np.zeros(pair_col.shape[0], dtype=np.bool_)
+    for p in range(acc_flow.shape[0]):
+        f = acc_flow[p]
+        if active[f]:
+            send[acc_pair[p]] = True
+            r = rate[f]
+            load[acc_col[p]] += r if np.isfinite(r) else 0.0
+    senders = np.zeros(n_col, dtype=np.int64)
+    for k in range(pair_col.shape[0]):
+        if send[k]:
+            senders[pair_col[k]] += 1
+    for k in range(pair_col.shape[0]):
+        c = pair_col[k]
+        now_util[k] = load[c] / acc_cap[c]
+        now_send[k] = 1.0 if send[k] else 0.0
+        now_both[k] = 1.0 if send[k] and senders[c] >= 2 else 0.0
+
+
+@njit(cache=True)
+def account(acc: np.ndarray, dt: float, now_send: np.ndarray, now_both: np.ndarray,
+            now_util: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``Group._account``: acc[0] += dt x send, acc[1] += dt x both, acc[2] += dt x both x utilisation."""
+    for k in range(now_send.shape[0]):
+        acc[0, k] += dt * now_send[k]
+        acc[1, k] += dt * now_both[k]
+        acc[2, k] += dt * now_both[k] * now_util[k]
