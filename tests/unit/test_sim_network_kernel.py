@@ -1,10 +1,9 @@
 """The compiled water-filling (fluid_kernel, numba) against the numpy code it replaces (the oracle): the
 same bits for the fill, the levels with and without the floor, the incremental refill after every
-event and whole simulations; and the choice of backend (LEVELLER_SIM_KERNEL, numba missing)."""
+event and whole simulations. Skipped where numba is not importable (test_sim_network_backend.py
+covers that case)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,15 +13,8 @@ from hypothesis import strategies as st
 from leveller.sim.network import fluid
 from leveller.sim.network.fluid import Incidence, Refill
 
-numba_kernel = pytest.importorskip("leveller.sim.network.fluid_kernel", reason="numba is not importable")
-
-
-@pytest.fixture
-def numpy_backend():  # type: ignore[no-untyped-def]
-    """The numpy code for the test's duration, the backend chosen from the environment back after."""
-    fluid.set_backend("numpy")
-    yield
-    fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+numba_kernel = pytest.importorskip("leveller.sim.network.fluid_kernel", reason="numba is not importable",
+                                   exc_type=ImportError)
 
 
 def bits(a: np.ndarray) -> bytes:
@@ -144,36 +136,3 @@ def test_a_simulation_gives_the_numpy_results_to_the_last_bit(policy: str) -> No
     assert got["events"] == want["events"] and got["events"] > 500
     assert got["jobs"] == want["jobs"]  # every job's R, iterations, finish and start, compared with ==
     assert (got["min"], got["avg"], got["congested_share"]) == (want["min"], want["avg"], want["congested_share"])
-
-
-# --- the choice of backend -----------------------------------------------------------------
-
-def test_the_environment_forces_numpy(numpy_backend) -> None:  # type: ignore[no-untyped-def]
-    assert fluid.backend() == "numpy"
-    assert Refill(Incidence.from_paths([[0]], 1), np.ones(1)).kernel is None
-
-
-def test_a_bad_choice_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="LEVELLER_SIM_KERNEL='cuda'.*auto, numba, numpy"):
-        fluid.set_backend("cuda")
-
-
-def backend_without_numba(choice: str) -> subprocess.CompletedProcess:
-    """A fresh interpreter where ``import numba`` fails (as when it is not installed)."""
-    code = ("import sys; sys.modules['numba'] = None\n"
-            "from leveller.sim.network import fluid\n"
-            "print(fluid.backend())\n")
-    env = {**os.environ, fluid.ENV: choice}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-
-
-def test_numpy_is_chosen_when_numba_cannot_be_imported() -> None:
-    done = backend_without_numba("auto")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "numpy"
-
-
-def test_asking_for_numba_without_it_says_so() -> None:
-    done = backend_without_numba("numba")
-    assert done.returncode != 0
-    assert "LEVELLER_SIM_KERNEL=numba: numba cannot be imported" in done.stderr
