@@ -9,3 +9,8 @@ PY=${PYTHON:-python3}
 # This machine's pip config lists local mirrors that may be absent; hide only those warnings.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]" \
   2> >(grep -v "^WARNING: Location 'file:" >&2)
+# The simulator's compiled water-filling (optional: without a numba wheel for this Python, the numpy
+# code runs instead, with the same results).
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev,fast]" \
+  2> >(grep -v "^WARNING: Location 'file:" >&2) \
+  || echo "setup-venv: numba not installed; the network simulator uses its numpy water-filling" >&2

@@ -14,6 +14,8 @@ per size and policy (with the congestion accounting `simulate network` does); CP
 seconds are this process's, so they hold on a busy machine, wall seconds only on an
 idle one. Iterations of jobs alone on their links are advanced in closed form,
 without events: the iteration count says how much work the events stand for.
+The water-filling is numba's compiled loops when numba is importable, else numpy
+(``water_filling`` in the JSON; LEVELLER_SIM_KERNEL=numpy forces the numpy code).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from leveller.errors import UserError
 def run(args: argparse.Namespace) -> int:
     from leveller.commands.simulate_network import parse_policies
     from leveller.sim.network.engine import Simulation
+    from leveller.sim.network.fluid import backend
     from leveller.sim.network.policies import make_net_policy
     from leveller.sim.network.topology import load_network
     from leveller.sim.network.trace import synthetic
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             iterations = sum(j.iterations for j in result.jobs)
             row = {"jobs": jobs_n, "sim_seconds": result.sim_seconds, "events": result.events,
                    "iterations": iterations, "wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
-                   "events_per_s": round(result.events / wall, 1), "min": result.summary()["min"]}
+                   "events_per_s": round(result.events / wall, 1), "min": result.summary()["min"],
+                   "water_filling": backend()}
             out.setdefault(str(gpus), {})[name] = row
             if not args.json:
                 low = "-" if row["min"] is None else f"{row['min']:.3f}"

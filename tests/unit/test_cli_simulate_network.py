@@ -134,6 +134,7 @@ def test_bench_network_sim_prints_figures(capsys) -> None:
     row = json.loads(capsys.readouterr().out)["128"]["fair"]
     assert row["jobs"] == 10 and row["sim_seconds"] == 900
     assert row["iterations"] > 0 and row["events"] > 0 and row["events_per_s"] > 0
+    assert row["water_filling"] in ("numba", "numpy")
 
 
 def test_example_pair_file(capsys) -> None:

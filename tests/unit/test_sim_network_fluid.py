@@ -148,7 +148,7 @@ def fill_cases(draw):  # type: ignore[no-untyped-def]
 def test_fill_is_bit_for_bit_the_reference(case) -> None:  # type: ignore[no-untyped-def]
     """Same rates, residual capacities and frozen flags, to the last bit (the simulation's event times
     depend on them)."""
-    from leveller.sim.network.fluid import _fill
+    from leveller.sim.network.fluid import _fill_numpy as _fill
 
     inc, residual, unfrozen = case
     got = (residual.copy(), unfrozen.copy(), np.full(inc.n_flows, -1.0))

@@ -25,13 +25,21 @@ allocation splits exactly over the connected parts of the active flows (two
 active flows are connected when they share a link, transitively). When some
 flows start, stop or change level, only the parts they belong to, before and
 after, are filled again; the rest keep their rates.
+
+Two backends compute the same rates: numba loops (:mod:`leveller.sim.network.fluid_kernel`, the
+default: the same floating-point operations in the same order, so the same bits, without numpy's
+per-call cost) and the numpy code below (the reference, and the fallback when numba is not
+importable). ``LEVELLER_SIM_KERNEL`` = ``auto`` (default), ``numba`` (an error if it cannot be
+imported) or ``numpy`` chooses; :func:`backend` says which is in use.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from types import ModuleType
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,6 +47,47 @@ import scipy.sparse as sp
 # A link whose fair share is within this relative distance of the minimum is a
 # bottleneck of the same round (floating-point ties are real ties).
 TIE = 1e-9
+
+ENV = "LEVELLER_SIM_KERNEL"
+CHOICES = ("auto", "numba", "numpy")
+_UNSET = object()
+_kernel: object = _UNSET  # the fluid_kernel module, None for numpy, _UNSET before the first use
+
+
+def _load(choice: str) -> ModuleType | None:
+    if choice not in CHOICES:
+        raise ValueError(f"{ENV}={choice!r}: the water-filling backend is one of {', '.join(CHOICES)}")
+    if choice == "numpy":
+        return None
+    try:
+        from leveller.sim.network import fluid_kernel
+    except ImportError as e:
+        if choice == "numba":
+            raise ImportError(f"{ENV}=numba: numba cannot be imported ({e}); pip install numba, or "
+                              f"{ENV}=auto to fall back to numpy") from e
+        return None
+    return fluid_kernel
+
+
+def kernel() -> ModuleType | None:
+    """The compiled kernels in use, or None for the numpy code (chosen once, from ``LEVELLER_SIM_KERNEL``)."""
+    global _kernel
+    if _kernel is _UNSET:
+        _kernel = _load(os.environ.get(ENV, "auto"))
+    return _kernel  # type: ignore[return-value]
+
+
+def set_backend(choice: str) -> str:
+    """Choose the backend as ``LEVELLER_SIM_KERNEL`` would (for tests and benchmarks); the one now in use.
+    Takes effect for new :class:`Refill` objects and every :func:`max_min_rates` call."""
+    global _kernel
+    _kernel = _load(choice)
+    return backend()
+
+
+def backend() -> str:
+    """``numba`` or ``numpy``: which water-filling runs."""
+    return "numpy" if kernel() is None else "numba"
 
 
 @dataclass(frozen=True)
@@ -87,12 +136,17 @@ def max_min_rates(inc: Incidence, capacity: np.ndarray, level: np.ndarray, activ
     highest level, K-1; None: the highest active one), see the module docstring.
     """
     rates = np.zeros(inc.n_flows)
-    _rates(inc.e_flow, inc.e_link, inc.n_flows, inc.n_links, capacity, level, np.asarray(active, dtype=bool),
-           floor, top, rates)
+    active = np.asarray(active, dtype=bool)
+    k = kernel()
+    if k is None:
+        _rates_numpy(inc.e_flow, inc.e_link, inc.n_flows, inc.n_links, capacity, level, active, floor, top, rates)
+    else:
+        k.rates_of(inc.e_flow, inc.e_link, np.asarray(capacity, dtype=float), np.asarray(level, dtype=np.int64),
+                   active, float(floor), -1 if top is None else int(top), rates)
     return rates
 
 
-def _rates(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, capacity: np.ndarray,
+def _rates_numpy(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, capacity: np.ndarray,
            level: np.ndarray, active: np.ndarray, floor: float, top: int | None, rates: np.ndarray) -> None:
     """:func:`max_min_rates` of the ``active`` flows on the pairs given, written into ``rates``
     (the entries of the other flows are left alone)."""
@@ -105,7 +159,7 @@ def _rates(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, c
     lv = level[act]
     lo, hi = lv.min(), lv.max()
     if lo == hi:
-        _fill(e_flow, e_link, n_flows, residual, active.copy(), rates)
+        _fill_numpy(e_flow, e_link, n_flows, residual, active.copy(), rates)
         return
     levels = np.unique(lv)
     reserved: dict[int, np.ndarray] = {}
@@ -116,7 +170,8 @@ def _rates(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, c
             if this < (hi if top is None else top):
                 above = np.bincount(e_link[e_level > this], minlength=n_links) > 0
                 share = np.zeros(n_flows)
-                _fill(e_flow, e_link, n_flows, np.where(above, cap * floor, cap), active & (level == this), share)
+                _fill_numpy(e_flow, e_link, n_flows, np.where(above, cap * floor, cap), active & (level == this),
+                            share)
                 mine = e_level == this
                 load = np.bincount(e_link[mine], weights=_finite(share)[e_flow[mine]], minlength=n_links)
                 reserved[int(this)] = np.minimum(load, cap * floor)
@@ -126,14 +181,14 @@ def _rates(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, n_links: int, c
     for this in levels[::-1]:
         if int(this) in reserved:
             residual += reserved[int(this)]  # the level's own reservation comes back to it
-        _fill(e_flow, e_link, n_flows, residual, active & (level == this), rates)
+        _fill_numpy(e_flow, e_link, n_flows, residual, active & (level == this), rates)
 
 
 def _finite(rates: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(rates), rates, 0.0)
 
 
-def _fill(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, residual: np.ndarray, unfrozen: np.ndarray,
+def _fill_numpy(e_flow: np.ndarray, e_link: np.ndarray, n_flows: int, residual: np.ndarray, unfrozen: np.ndarray,
           rates: np.ndarray) -> None:
     """Progressive filling of the ``unfrozen`` flows on ``residual`` (both updated in place) over the
     (flow, link) pairs given, their rates written to ``rates``: max-min fair among them.
@@ -183,10 +238,25 @@ class Refill:
         self.active = np.zeros(inc.n_flows, dtype=bool)
         self.rates = np.zeros(inc.n_flows)
         self.filled = 0  # flows filled again, summed over calls (a measure of the work done)
+        self.kernel = kernel()
+        if self.kernel is not None:  # the incidence as CSR both ways, for the kernel's search of the parts
+            self.flow_ptr = np.searchsorted(inc.e_flow, np.arange(inc.n_flows + 1)).astype(np.int64)
+            by_link = np.argsort(inc.e_link, kind="stable")
+            self.link_flow = inc.e_flow[by_link].astype(np.int64)
+            self.link_ptr = np.searchsorted(inc.e_link[by_link], np.arange(inc.n_links + 1)).astype(np.int64)
+            self.e_link = inc.e_link.astype(np.int64)
+            self.top_arg = -1 if top is None else int(top)
 
     def __call__(self, level: np.ndarray, active: np.ndarray) -> np.ndarray:
         """The rates for ``level`` and ``active`` now (the array is owned by this object: copy to keep)."""
         active = np.asarray(active, dtype=bool)
+        if self.kernel is not None:
+            n = self.kernel.refill(self.flow_ptr, self.e_link, self.link_ptr, self.link_flow, self.inc.has_link,
+                                   self.capacity, float(self.floor), self.top_arg, self.level, self.active,
+                                   np.asarray(level, dtype=np.int64), active, self.rates)
+            if n > 0:
+                self.filled += n
+            return self.rates
         changed = (active != self.active) | (active & (level != self.level))
         if not changed.any():
             return self.rates
@@ -198,8 +268,8 @@ class Refill:
         if part.any():
             keep = part[inc.e_flow]
             self.rates[part] = 0.0
-            _rates(inc.e_flow[keep], inc.e_link[keep], inc.n_flows, inc.n_links, self.capacity, level, part,
-                   self.floor, self.top, self.rates)
+            _rates_numpy(inc.e_flow[keep], inc.e_link[keep], inc.n_flows, inc.n_links, self.capacity, level, part,
+                         self.floor, self.top, self.rates)
             self.filled += int(np.count_nonzero(part))
         self.level = np.array(level, dtype=np.int64)
         self.active = active

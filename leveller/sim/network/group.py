@@ -4,6 +4,10 @@ Jobs in different groups cannot change each other's rates, so each group keeps
 its own small arrays (flows x local links incidence, remaining bytes, rates,
 levels) and its own next event. A group of one job whose iteration just began
 is fast-forwarded in closed form (it repeats its alone period exactly).
+
+The per-event array passes (advance, finished flows, rates, the congestion snapshot, the next
+flow end) run as numba loops when the water-filling does (``fluid.kernel``), with the same
+operations in the same order as the numpy expressions beside them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 
 from leveller.core.overlap import effective_level
-from leveller.sim.network.fluid import Incidence, Refill
+from leveller.sim.network.fluid import Incidence, Refill, kernel
 from leveller.sim.network.policies import flow_table
 from leveller.sim.network.runjob import TOL, RunJob
 
@@ -31,6 +35,7 @@ class Group:
         another job sends on it too, and the link's utilisation integrated over the latter
         (``RunJob.comm_seconds``, flushed by :meth:`write_back`)."""
         self.jobs = list(jobs)
+        self.kernel = kernel()
         self.overlap = overlap
         self.floor = floor  # share of a link guaranteed to each level below ``top`` (fluid.max_min_rates)
         self.top = top
@@ -71,6 +76,7 @@ class Group:
                 self.active[sl] = self.remaining[sl] > 0
         self.assigned = np.zeros(n, dtype=np.int64)
         self.rate = np.zeros(n)
+        self.done = np.zeros(n, dtype=bool)
         self.flow_index = {f.name: k for k, f in enumerate(f for j in self.jobs for f in j.flows)}
         self.job_of = np.repeat(np.arange(len(self.jobs)), [len(j.flows) for j in self.jobs])
         self.has_coupled = [bool((~self.solo[sl]).any()) for sl in self.slices]
@@ -125,6 +131,10 @@ class Group:
         """Who sends on which shared link and the links' utilisation, for the rates just computed."""
         if not self.track:
             return
+        if self.kernel is not None:
+            self.kernel.snapshot(self.active, self.rate, self.acc_flow, self.acc_col, self.acc_pair, self.acc_cap,
+                                 self.pair_col, self.now_send, self.now_util, self.now_both)
+            return
         on = self.active[self.acc_flow]
         send = np.zeros(len(self.pair_job), dtype=bool)
         send[self.acc_pair[on]] = True
@@ -137,7 +147,9 @@ class Group:
         self.now_both = (send & (senders[self.pair_col] >= 2)).astype(float)
 
     def _account(self, dt: float) -> None:
-        if self.track and dt > 0:
+        if self.track and dt > 0 and self.kernel is not None:
+            self.kernel.account(self.acc, dt, self.now_send, self.now_both, self.now_util)
+        elif self.track and dt > 0:
             self.acc[0] += dt * self.now_send
             self.acc[1] += dt * self.now_both
             self.acc[2] += dt * self.now_both * self.now_util
@@ -162,7 +174,9 @@ class Group:
         """Move the fluid forward to ``t`` (no event in between by construction)."""
         dt = t - self.t
         self._account(dt)
-        if dt > 0 and self.active.any():
+        if dt > 0 and self.kernel is not None:
+            self.kernel.advance(self.remaining, self.active, self.rate, dt)  # a no-op on inactive flows
+        elif dt > 0 and self.active.any():
             self.remaining -= np.where(self.active, self.rate * dt, 0.0)
         self.t = max(self.t, t)
 
@@ -185,6 +199,10 @@ class Group:
         ``coupled=False``: only solo flows started or stopped, so the water-filling of the
         coupled flows would give what it gave before.
         """
+        if not coupled and len(self.rate) == len(self.active) and self.kernel is not None:
+            self.kernel.keep_solo(self.active, self.solo, self.solo_rate, self.rate)
+            self._snapshot()
+            return
         if not coupled and len(self.rate) == len(self.active):
             rate = np.where(self.active, self.rate, 0.0)
             rate[self.active & self.solo] = self.solo_rate[self.active & self.solo]
@@ -199,6 +217,14 @@ class Group:
                     if level is self.assigned:
                         level = self.assigned.copy()
                     level[sl] = 0  # inside the slack window the agent demotes every flow of the job
+        if self.kernel is not None:
+            c = self.coupled
+            c_rate = self.refill(level[c], self.active[c]) if len(c) else self.solo_rate[c]
+            if len(self.rate) != len(self.active):
+                self.rate = np.zeros(len(self.active))
+            self.kernel.compose(self.active, self.solo, self.solo_rate, c, c_rate, self.rate)
+            self._snapshot()
+            return
         rate = np.where(self.active & self.solo, self.solo_rate, 0.0)
         if len(self.coupled):
             c = self.coupled
@@ -230,6 +256,9 @@ class Group:
         while self.timers and self.timers[0][2] != self.jver[self.timers[0][1]]:
             heapq.heappop(self.timers)  # superseded
         t = self.timers[0][0] if self.timers else math.inf
+        if self.kernel is not None:
+            moves, soonest = self.kernel.soonest(self.active, self.rate, self.remaining)
+            return min(t, self.t + soonest) if moves else t
         moving = self.active & (self.rate > 0)
         if moving.any():
             t = min(t, self.t + float(np.min(self.remaining[moving] / self.rate[moving])))
@@ -249,12 +278,17 @@ class Group:
             job.finish = t
             return [job]
         self.advance(t)
-        done = self.active & (self.remaining <= self.volume * DONE)
-        changed = bool(done.any())
-        coupled = changed and bool((done & ~self.solo).any())
-        touched = set(self.job_of[done].tolist()) if changed else set()
-        self.active[done] = False
-        self.remaining[done] = 0.0
+        if self.kernel is not None:
+            which = self.kernel.finish(self.active, self.remaining, self.volume, self.solo, DONE, self.done)
+            changed, coupled = which > 0, which > 1
+            touched = set(self.job_of[self.done].tolist()) if changed else set()
+        else:
+            done = self.active & (self.remaining <= self.volume * DONE)
+            changed = bool(done.any())
+            coupled = changed and bool((done & ~self.solo).any())
+            touched = set(self.job_of[done].tolist()) if changed else set()
+            self.active[done] = False
+            self.remaining[done] = 0.0
         while self.timers and self.timers[0][0] <= t + TOL:
             _, i, ver = heapq.heappop(self.timers)
             if ver == self.jver[i]:

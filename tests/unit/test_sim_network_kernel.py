@@ -1,0 +1,138 @@
+"""The compiled water-filling (fluid_kernel, numba) against the numpy code it replaces (the oracle): the
+same bits for the fill, the levels with and without the floor, the incremental refill after every
+event and whole simulations. Skipped where numba is not importable (test_sim_network_backend.py
+covers that case)."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leveller.sim.network import fluid
+from leveller.sim.network.fluid import Incidence, Refill
+
+numba_kernel = pytest.importorskip("leveller.sim.network.fluid_kernel", reason="numba is not importable",
+                                   exc_type=ImportError)
+
+
+def bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+@st.composite
+def networks(draw, max_links: int = 12, max_flows: int = 16):  # type: ignore[no-untyped-def]
+    """Flows over links, capacities on a coarse grid (ties between bottlenecks) or random, some links
+    exhausted, some flows crossing no link or listing a link twice."""
+    n_links = draw(st.integers(1, max_links))
+    values = st.sampled_from([0.0, 1.0, 2.0, 3.0, 6.0]) if draw(st.booleans()) else st.floats(0.0, 100.0)
+    cap = np.array(draw(st.lists(values, min_size=n_links, max_size=n_links)))
+    n_flows = draw(st.integers(1, max_flows))
+    paths = [draw(st.lists(st.integers(0, n_links - 1), max_size=5)) for _ in range(n_flows)]
+    return Incidence.from_paths(paths, n_links), cap
+
+
+@settings(max_examples=400)
+@given(networks(), st.data())
+def test_fill_is_the_numpy_fill_to_the_last_bit(net, data) -> None:  # type: ignore[no-untyped-def]
+    inc, residual = net
+    unfrozen = np.array(data.draw(st.lists(st.booleans(), min_size=inc.n_flows, max_size=inc.n_flows)), dtype=bool)
+    got = (residual.copy(), unfrozen.copy(), np.full(inc.n_flows, -1.0))
+    want = (residual.copy(), unfrozen.copy(), np.full(inc.n_flows, -1.0))
+    numba_kernel.fill(inc.e_flow, inc.e_link, *got)
+    fluid._fill_numpy(inc.e_flow, inc.e_link, inc.n_flows, *want)
+    for a, b in zip(got, want):
+        assert bits(a) == bits(b)
+
+
+@settings(max_examples=600)
+@given(networks(), st.data(), st.sampled_from([0.0, 0.0, 0.05, 0.3]), st.sampled_from([None, 0, 2, 7]))
+def test_levels_and_floor_are_the_numpy_rates_to_the_last_bit(net, data, floor, top) -> None:  # type: ignore[no-untyped-def]
+    inc, cap = net
+    n = inc.n_flows
+    level = np.array(data.draw(st.lists(st.integers(0, 7), min_size=n, max_size=n)), dtype=np.int64)
+    active = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    got, want = np.full(n, -1.0), np.full(n, -1.0)
+    numba_kernel.rates_of(inc.e_flow, inc.e_link, cap, level, active, floor, -1 if top is None else top, got)
+    fluid._rates_numpy(inc.e_flow, inc.e_link, n, inc.n_links, cap, level, active, floor, top, want)
+    assert bits(got) == bits(want)
+
+
+@st.composite
+def histories(draw):  # type: ignore[no-untyped-def]
+    """A network and a run of events, each flipping a few flows on or off or moving them to another level."""
+    inc, cap = draw(networks())
+    n = inc.n_flows
+    floor = draw(st.sampled_from([0.0, 0.0, 0.05, 0.3]))
+    top = draw(st.sampled_from([None, 3]))
+    level = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    active = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    steps = []
+    for _ in range(draw(st.integers(1, 10))):
+        level, active = level.copy(), active.copy()
+        for f in draw(st.lists(st.integers(0, n - 1), max_size=4)):  # empty: an event that changes nothing
+            if draw(st.booleans()):
+                active[f] = not active[f]
+            else:
+                level[f] = draw(st.integers(0, 3))
+        steps.append((level, active))
+    return inc, cap, floor, top, steps
+
+
+@settings(max_examples=600)
+@given(histories())
+def test_incremental_refill_is_the_numpy_refill_after_every_event(case) -> None:  # type: ignore[no-untyped-def]
+    inc, cap, floor, top, steps = case
+    fluid.set_backend("numba")
+    compiled = Refill(inc, cap, floor, top)
+    fluid.set_backend("numpy")
+    try:
+        oracle = Refill(inc, cap, floor, top)
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    assert compiled.kernel is not None and oracle.kernel is None
+    for level, active in steps:
+        want = oracle(level, active)
+        got = compiled(level, active)
+        assert bits(got) == bits(want)
+        assert compiled.filled == oracle.filled  # the same parts filled again
+
+
+def test_part_search_finds_the_connected_flows() -> None:
+    # flows 0-1 share link 0, 1-2 share link 1 (a chain), 3 alone on link 2, 4 inactive on links 1 and 2
+    inc = Incidence.from_paths([[0], [0, 1], [1], [2], [1, 2]], 3)
+    fluid.set_backend("numba")
+    try:
+        refill = Refill(inc, np.ones(3))
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    changed = np.array([True, False, False, False, False])
+    active = np.array([True, True, True, True, False])
+    got = numba_kernel.part(refill.flow_ptr, refill.e_link, refill.link_ptr, refill.link_flow, changed, active)
+    assert got.tolist() == [True, True, True, False, False]  # flow 4 is off: it links nothing
+
+
+def run_case(policy: str, backend: str) -> dict:
+    """The contended recipe (scattered, one GPU per host per job) with short jobs: thousands of events."""
+    from leveller.sim.network.engine import Simulation
+    from leveller.sim.network.policies import make_net_policy
+    from leveller.sim.network.topology import load_network
+    from leveller.sim.network.trace import synthetic
+
+    fluid.set_backend(backend)
+    try:
+        net = load_network("fabric:gpus=128,nics_per_host=1,gbps=100,oversub=2")
+        jobs, placer = synthetic("contended:jobs=16,seed=1,min_s=30,max_s=90,max_hosts=8", net)
+        return Simulation(net, jobs, make_net_policy(policy, 0.0), 4, 200.0, placer=placer,
+                          congestion=True).run().summary()
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+
+
+@pytest.mark.parametrize("policy", ["fair", "leveller", "cassini", "crux"])
+def test_a_simulation_gives_the_numpy_results_to_the_last_bit(policy: str) -> None:
+    got, want = run_case(policy, "numba"), run_case(policy, "numpy")
+    assert got["events"] == want["events"] and got["events"] > 500
+    assert got["jobs"] == want["jobs"]  # every job's R, iterations, finish and start, compared with ==
+    assert (got["min"], got["avg"], got["congested_share"]) == (want["min"], want["avg"], want["congested_share"])
