@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv shim bpf torch demo lint test test-under-load test-unit bench mutants clean
+.PHONY: setup system venv shim bpf torch image demo lint test test-under-load test-unit bench mutants clean
 
 setup: system venv shim bpf
 
@@ -34,6 +34,13 @@ TORCH := torch==2.13.0
 torch: venv
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check $(TORCH) \
 		2> >(grep -v "^WARNING: Location 'file:" >&2)
+
+# The container image of the agent, controller and SDN app (localhost/leveller:VERSION), from a debootstrap root
+# file system of Debian's packages (cached in /var/cache/leveller/image) and the wheel; needs root
+# (scripts/build-image.sh, docs/operations.md "Container image"). Built by .ci/run, tested by
+# tests/integration/test_container_image.py.
+image: system venv bpf
+	@scripts/build-image.sh $(PY)
 
 demo: setup
 	$(VENV)/bin/leveller demo
