@@ -15,7 +15,9 @@ priorities), `crux` (static priority by G*C/M) and `leveller` (lowest R first, r
 at every iteration end). One model time unit is --unit seconds. R per job = iterations x
 ideal time / elapsed, from a common start, is printed next to the fluid model's and the
 paper's numbers; one timeline PNG per run and results.json go to --out. A leftover of a
-crashed demo is removed at the next start; Ctrl-C tears everything down.
+crashed demo is removed at the next start; Ctrl-C tears everything down. The acceptance
+checks printed at the end (pass/FAIL) decide the exit status: 1 when one failed, each failed
+check named on stderr (with --json too), 0 when all that ran passed.
 
 Transport as in a training cluster: hosts use datacenter TCP settings (RTO min 10 ms, no
 slow start after idle), each job connection's window is clamped to 64 KB (below a switch
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +98,19 @@ def run(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     if args.json:
         print(json.dumps(doc))
-        return 0
-    _print_tables(doc, out)
-    return 0
+    else:
+        _print_tables(doc, out)
+    return exit_status(doc)
+
+
+def exit_status(doc: dict[str, Any]) -> int:
+    """1 when an acceptance check failed (each named on stderr), else 0: a printed FAIL is a failed run."""
+    from leveller.experiments.demo.results import failed_checks
+
+    failed = failed_checks(doc)
+    for check in failed:
+        print(f"leveller demo: check failed: {check}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,

@@ -154,3 +154,21 @@ def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:
         first._unlock()
     second._lock()  # free again
     second._unlock()
+
+
+def test_a_failed_check_fails_the_demo_and_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """`make demo` once printed `FAIL pair leveller min R >= 0.82: min 0.787` and exited 0."""
+    from leveller.commands.demo import exit_status
+
+    failing = json_doc(_runs([0.787, 0.86], [0.75, 0.79], [0.99, 0.7], [0.62, 0.61, 0.6], [0.56, 0.55, 0.66]),
+                       {}, {})
+    assert exit_status(failing) == 1
+    err = capsys.readouterr().err
+    assert "check failed: pair leveller min R >= 0.82 (min 0.787)" in err
+    assert "trio" not in err  # the checks that passed are not named
+
+    passing = json_doc(_runs([0.85, 0.86], [0.75, 0.79], [0.99, 0.7], [0.62, 0.61, 0.6], [0.56, 0.55, 0.66]),
+                       {}, {})
+    assert exit_status(passing) == 0
+    assert capsys.readouterr().err == ""
+    assert exit_status({"pair": {"leveller": [0.9, 0.9]}}) == 0  # checks not run do not fail the run

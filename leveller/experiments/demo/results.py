@@ -86,6 +86,11 @@ def acceptance(doc: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     return checks
 
 
+def failed_checks(doc: Mapping[str, Any]) -> list[str]:
+    """``name (detail)`` of every acceptance check that ran and failed: what decides the exit status."""
+    return [f"{name} ({detail})" for name, ok, detail in acceptance(doc) if ok is False]
+
+
 def table_rows(example: str, doc: Mapping[str, Any]) -> list[list[str]]:
     """Rows ``policy, job cells..., min, avg`` where a cell is ``measured (model; paper)``."""
     rows = []
