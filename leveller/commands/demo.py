@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,18 +98,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
     else:
-        _print_tables(doc, out)
+        from leveller.experiments.demo.report import print_tables
+
+        print_tables(doc, out)
+    from leveller.experiments.demo.report import exit_status
+
     return exit_status(doc)
-
-
-def exit_status(doc: dict[str, Any]) -> int:
-    """1 when an acceptance check failed (each named on stderr), else 0: a printed FAIL is a failed run."""
-    from leveller.experiments.demo.results import failed_checks
-
-    failed = failed_checks(doc)
-    for check in failed:
-        print(f"leveller demo: check failed: {check}", file=sys.stderr)
-    return 1 if failed else 0
 
 
 def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,
@@ -131,16 +124,6 @@ def _run_with_progress(examples: list[str], policies: list[str], settings: Any, 
                 bar.print(message)
 
         return run_demo(examples, policies, settings, plots, name=name, step=step, note=note)
-
-
-def _print_tables(doc: dict[str, Any], out: Path) -> None:
-    from rich.console import Console
-
-    from leveller.experiments.demo.report import live_output
-
-    console = Console()
-    for renderable in live_output(doc, out):
-        console.print(renderable)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -158,7 +158,7 @@ def test_a_second_demo_with_the_same_name_is_refused(tmp_path) -> None:
 
 def test_a_failed_check_fails_the_demo_and_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     """`make demo` once printed `FAIL pair leveller min R >= 0.82: min 0.787` and exited 0."""
-    from leveller.commands.demo import exit_status
+    from leveller.experiments.demo.report import exit_status
 
     failing = json_doc(_runs([0.787, 0.86], [0.75, 0.79], [0.99, 0.7], [0.62, 0.61, 0.6], [0.56, 0.55, 0.66]),
                        {}, {})

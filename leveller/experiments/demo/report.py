@@ -3,11 +3,12 @@ as rich renderables and lines (the command prints them)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from leveller.experiments.demo.model import EXAMPLES
-from leveller.experiments.demo.results import acceptance, table_rows
+from leveller.experiments.demo.results import acceptance, failed_checks, table_rows
 from leveller.experiments.demo.scenario import PAPER, SHAPES
 
 
@@ -64,3 +65,20 @@ def live_output(doc: dict[str, Any], out: Path) -> list[Any]:
             shown.append(f"timeline: {r['timeline']}")
     shown.append(f"results: {out / 'results.json'}")
     return shown
+
+
+def exit_status(doc: dict[str, Any]) -> int:
+    """1 when an acceptance check failed (each named on stderr), else 0: a printed FAIL is a failed run."""
+    failed = failed_checks(doc)
+    for check in failed:
+        print(f"leveller demo: check failed: {check}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def print_tables(doc: dict[str, Any], out: Path) -> None:
+    """Print the live tables, the checks and the files (live_output) on the terminal."""
+    from rich.console import Console
+
+    console = Console()
+    for renderable in live_output(doc, out):
+        console.print(renderable)

@@ -44,9 +44,7 @@ from types import ModuleType
 import numpy as np
 import scipy.sparse as sp
 
-# A link whose fair share is within this relative distance of the minimum is a
-# bottleneck of the same round (floating-point ties are real ties).
-TIE = 1e-9
+from leveller.sim.network.ties import TIE
 
 ENV = "LEVELLER_SIM_KERNEL"
 CHOICES = ("auto", "numba", "numpy")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from leveller.sim.network.fluid import TIE
+from leveller.sim.network.ties import TIE
 
 _SLACK = 1.0 + TIE
 
