@@ -31,7 +31,8 @@ API = {  # kind -> apiVersion (the stable group/version of each)
     "PodDisruptionBudget": "policy/v1",
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet"}
+# A tuple, not a set: the parametrization order must not follow the hash seed (xdist workers compare it).
+WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 CAPABILITY = re.compile(r"[A-Z_]+")
