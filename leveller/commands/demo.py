@@ -15,9 +15,11 @@ priorities), `crux` (static priority by G*C/M) and `leveller` (lowest R first, r
 at every iteration end). One model time unit is --unit seconds. R per job = iterations x
 ideal time / elapsed, from a common start, is printed next to the fluid model's and the
 paper's numbers; one timeline PNG per run and results.json go to --out. A leftover of a
-crashed demo is removed at the next start; Ctrl-C tears everything down. The acceptance
-checks printed at the end (pass/FAIL) decide the exit status: 1 when one failed, each failed
-check named on stderr (with --json too), 0 when all that ran passed.
+crashed demo is removed at the next start; Ctrl-C tears everything down. The checks printed
+at the end compare the live runs with the fluid model run with the live options (--switching:
+levels, tau, switching rule, floor), LEVELLER's min R at least 0.95 x the model's, and the
+order of the policies; pass/FAIL decide the exit status: 1 when one failed, each failed check
+named on stderr (with --json too), 0 when all that ran passed.
 
 Transport as in a training cluster: hosts use datacenter TCP settings (RTO min 10 ms, no
 slow start after idle), each job connection's window is clamped to 64 KB (below a switch
@@ -36,6 +38,7 @@ from typing import Any
 from leveller.errors import UserError
 from leveller.experiments.demo.model import EXAMPLES, simulate
 from leveller.experiments.demo.scenario import PAPER
+from leveller.experiments.shared.switching import DEFAULT_MODE, MODES
 from leveller.model.limits import PAPER_POLICIES as POLICIES
 
 
@@ -58,41 +61,36 @@ def run_model_only(args: argparse.Namespace) -> int:
     return 0
 
 
-def _names(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in items if x not in allowed]
-    if bad or not items:
-        raise UserError(f"{option} {text!r} is invalid; a comma-separated subset of {', '.join(allowed)}")
-    return items
-
-
 def run(args: argparse.Namespace) -> int:
     if args.model_only:
         return run_model_only(args)
-    from leveller.experiments.demo.scenario import check_settings
+    from leveller.experiments.demo.scenario import check_settings, names
     from leveller.experiments.shared.policy_run import LiveSettings
 
-    examples = _names(args.examples, tuple(EXAMPLES), "--examples")
-    policies = _names(args.policies, POLICIES, "--policies")
+    examples = names(args.examples, tuple(EXAMPLES), "--examples")
+    policies = names(args.policies, POLICIES, "--policies")
     check_settings(args.unit, args.seconds)
     if os.geteuid() != 0:
         raise UserError("the live demo needs root (namespaces, OVS, eBPF); run it as root, or "
                         "`leveller demo --model-only` for the simulator's numbers")
     from leveller.commands import output_dir
+    from leveller.experiments.demo.model import model_like_live
 
     out = output_dir(args.out)
-    settings = LiveSettings(unit_s=args.unit, seconds=args.seconds)
-    model, _ = simulate(args.cycles, None)
-    model_rates = {ex: {k: [float(r) for r in res.rates] for k, res in runs.items() if k in POLICIES}
-                   for ex, runs in model.items()}
+    mode = MODES[args.switching]
+    settings = LiveSettings(unit_s=args.unit, seconds=args.seconds, controller_args=mode.controller_args(),
+                            agent_args=mode.agent_args())
+    model_rates = model_like_live(settings.unit_s, settings.tau_s, settings.levels, mode.rule, mode.floor, args.cycles)
     from leveller.experiments.shared.interrupts import unwind_on_signals
 
     with unwind_on_signals():  # SIGTERM / Ctrl-C unwind the context managers: everything is torn down
-        runs, ideal = _run_with_progress(examples, policies, settings, out if args.plots else None, args.name)
+        runs, ideal = _run_with_progress(examples, policies, settings, out if args.plots else None, args.name,
+                                         mode.floor)
     from leveller.experiments.demo.results import json_doc
 
     doc = json_doc(runs, model_rates, {"unit_s": settings.unit_s, "seconds_per_run": settings.seconds,
-                                       "tau_s": settings.tau_s, "levels": 2, "link_mbps": 100,
+                                       "tau_s": settings.tau_s, "levels": settings.levels, "link_mbps": 100,
+                                       "switching": mode.to_dict(),
                                        "ideal_s_by_shape": {k: round(v, 4) for k, v in ideal.items()}})
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     if args.json:
@@ -107,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_with_progress(examples: list[str], policies: list[str], settings: Any, plots: Path | None,
-                       name: str) -> tuple[list[Any], dict[str, float]]:
+                       name: str, floor: float) -> tuple[list[Any], dict[str, float]]:
     from leveller.commands.progress import Bar
     from leveller.experiments.demo.orchestrate import run_demo, total_seconds
 
@@ -123,7 +121,7 @@ def _run_with_progress(examples: list[str], policies: list[str], settings: Any, 
             elif " R = " in message:
                 bar.print(message)
 
-        return run_demo(examples, policies, settings, plots, name=name, step=step, note=note)
+        return run_demo(examples, policies, settings, plots, name=name, step=step, note=note, floor=floor)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +137,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help=f"which policies to run (default {','.join(POLICIES)})")
     parser.add_argument("--name", default="demo", help="testbed name, namespaces lvtb-NAME-* (default demo)")
+    parser.add_argument("--switching", choices=tuple(MODES), default=DEFAULT_MODE,
+                        help=f"LEVELLER's switching options, as in `experiment tenants` (default {DEFAULT_MODE}: "
+                        "hysteresis, a floor on every queue, phase-aligned demotion; paper: none of them, checked "
+                        "against the paper's numbers too); the model beside the live runs uses the same")
     parser.add_argument("--model-only", action="store_true",
                         help="only the fluid single-link model (no cluster, no root)")
     parser.add_argument("--cycles", type=int, default=1500, metavar="N",

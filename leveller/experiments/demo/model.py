@@ -44,3 +44,23 @@ def simulate(cycles: int, plots_dir: Path | None) -> tuple[dict[str, dict[str, A
                 raise UserError(f"--out {plots_dir}: cannot write {path}: {exc.strerror}") from None
             pictures.append(str(path))
     return results, pictures
+
+
+def model_like_live(unit_s: float, tau_s: float, levels: int, rule: Any, floor: float,
+                    cycles: int) -> dict[str, dict[str, list[float]]]:
+    """R per job of each example under each paper policy in the fluid single-link model, with the options
+    the live run uses: its switch levels, the controller's tau and switching rule (the dwell in model time
+    units of ``unit_s`` seconds), the queues' floor. What the demo's checks compare the live runs with."""
+    from leveller.core.policies import make_policy
+    from leveller.core.switching import SwitchRule
+    from leveller.sim.link import simulate_link
+    from leveller.sim.presets import PRESETS
+
+    if cycles < 1:
+        raise UserError(f"--cycles must be an integer >= 1, got {cycles}")
+    unit = Fraction(str(unit_s))
+    switching = SwitchRule(delta=rule.delta, dwell=rule.dwell / unit_s)
+    return {example: {policy: [float(r) for r in simulate_link(
+        PRESETS[preset], make_policy(policy, Fraction(str(tau_s)) / unit), cycles=cycles, levels=levels,
+        switching=switching, floor=Fraction(str(floor))).rates] for policy in PAPER[example]}
+        for example, (preset, _) in EXAMPLES.items()}

@@ -30,10 +30,12 @@ def steps(examples: Sequence[str], policies: Sequence[str]) -> list[tuple[str, s
 def run_demo(examples: Sequence[str] = ("pair", "trio"), policies: Sequence[str] = POLICIES,
              settings: LiveSettings = LiveSettings(), out_dir: Path | None = None, name: str = "demo",
              run_dir: Path | None = None, step: Step = _quiet,
-             note: Callable[[str], None] = lambda _: None) -> tuple[list[RunResult], dict[str, float]]:
-    """Run the demo on a fresh cluster; returns the measured runs and the profiled ideal times per shape."""
+             note: Callable[[str], None] = lambda _: None,
+             floor: float | None = None) -> tuple[list[RunResult], dict[str, float]]:
+    """Run the demo on a fresh cluster (its switch queues' ``floor``, None: the default); returns the measured
+    runs and the profiled ideal times per shape."""
     results: list[RunResult] = []
-    with DemoCluster(name, run_dir, progress=note) as cluster:
+    with DemoCluster(name, run_dir, progress=note, floor=floor) as cluster:
         shapes: dict[str, Any] = {}
         for ex in examples:
             for job in plan(ex):

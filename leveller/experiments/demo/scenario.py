@@ -68,3 +68,12 @@ def check_settings(unit_s: float, seconds: float) -> None:
         raise UserError(f"--unit {unit_s!r} is invalid; seconds per model time unit in [0.05, 2]")
     if not 10 <= seconds <= 600:
         raise UserError(f"--seconds {seconds!r} is invalid; seconds per policy run in [10, 600]")
+
+
+def names(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
+    """The comma-separated subset of ``allowed`` given to ``option`` (UserError naming what is allowed)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise UserError(f"{option} {text!r} is invalid; a comma-separated subset of {', '.join(allowed)}")
+    return items
