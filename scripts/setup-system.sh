@@ -16,7 +16,8 @@ PACKAGES=(
   python3-seccomp          # a test applies the units' SystemCallFilter (seccomp) to the agent and the SDN app
   gcc make binutils        # the RDMA shim (make -C shim), also built from the sdist in a test (nm checks it)
   slurmctld slurmd slurm-client munge   # a real Slurm for the job-discovery tests (started by the tests)
-  podman buildah crun uidmap debootstrap # the agent's container image, built from Debian's packages
+  podman buildah crun runc uidmap debootstrap # the agent's container image, built from Debian's packages;
+                           # runc: hybrid-cgroup hosts (crun refuses them, docs/operations.md)
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
