@@ -24,7 +24,7 @@ Deterministic: the result depends only on the order and the flow-link sets.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,8 @@ from leveller.core.policies import LevellerPolicy
 
 if TYPE_CHECKING:
     from leveller.core.levels_input import LevelsInput
+
+Pruner = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int], np.ndarray]  # prune()'s signature
 
 SMALL_INCIDENCE = 512  # up to this many (flow, link) pairs, prune() runs in plain Python
 
@@ -148,31 +150,69 @@ def _prune_small(rank: list[int], inc_flow: list[int], inc_link: list[int], k: i
     return levels
 
 
+class FlowSet(Mapping[str, Flow]):
+    """Flows by name, with their flow-link incidence in integer ids built once.
+
+    A caller that decides the levels of the same flows under many orders (the network simulator
+    re-ranks a contention group at every iteration end) pays the names-to-ids work once instead
+    of at every decision. A read-only mapping, so it goes wherever a flow table does."""
+
+    def __init__(self, flows: Mapping[str, Flow]) -> None:
+        self._flows = dict(flows)
+        self.names = list(self._flows)
+        self.jobs = list(dict.fromkeys(f.job for f in self._flows.values()))  # in order of first flow
+        job_id = {job: i for i, job in enumerate(self.jobs)}
+        link_ids: dict[Hashable, int] = {}
+        inc_flow: list[int] = []
+        inc_link: list[int] = []
+        for i, flow in enumerate(self._flows.values()):
+            for link in flow.links:
+                inc_flow.append(i)
+                inc_link.append(link_ids.setdefault(link, len(link_ids)))
+        self.job_of = np.array([job_id[f.job] for f in self._flows.values()], dtype=np.int64)
+        self.inc_flow = np.array(inc_flow, dtype=np.int64)
+        self.inc_link = np.array(inc_link, dtype=np.int64)
+        self.n_links = len(link_ids)
+
+    def __getitem__(self, name: str) -> Flow:
+        return self._flows[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flows)
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def rank(self, order: Sequence[str]) -> np.ndarray:
+        """Position in ``order`` (highest priority first) of every flow's job; ValueError naming
+        duplicates in the order or jobs it misses."""
+        rank_of = {job: i for i, job in enumerate(order)}
+        if len(rank_of) != len(order):
+            raise ValueError(f"job order has duplicates: {list(order)}")
+        unknown = sorted(set(self.jobs) - rank_of.keys())
+        if unknown:
+            raise ValueError(f"flows name jobs missing from the order: {unknown}")
+        by_job = np.array([rank_of[job] for job in self.jobs], dtype=np.int64)
+        return by_job[self.job_of]
+
+    def levels(self, order: Sequence[str] | None, k: int, pruner: Pruner | None = None) -> dict[str, int]:
+        """Level of every flow in [0, k-1] given a job order (highest priority first) or None.
+        ``pruner`` stands in for :func:`prune` (a compiled twin with the same results)."""
+        if k < 1:
+            raise ValueError(f"number of levels K must be >= 1, got {k!r}")
+        if order is None:
+            return dict.fromkeys(self.names, 0)
+        levels = (pruner or prune)(self.rank(order), self.inc_flow, self.inc_link, self.n_links, k)
+        return dict(zip(self.names, levels.tolist()))
+
+
 def assign_levels(order: Sequence[str] | None, flows: Mapping[str, Flow], k: int) -> dict[str, int]:
     """Map every flow to a level in [0, k-1] given a job order (highest priority first) or None."""
     if k < 1:
         raise ValueError(f"number of levels K must be >= 1, got {k!r}")
     if order is None:
         return {name: 0 for name in flows}
-    rank_of = {job: i for i, job in enumerate(order)}
-    if len(rank_of) != len(order):
-        raise ValueError(f"job order has duplicates: {list(order)}")
-    unknown = sorted({f.job for f in flows.values()} - rank_of.keys())
-    if unknown:
-        raise ValueError(f"flows name jobs missing from the order: {unknown}")
-    names = list(flows)
-    link_ids: dict[Hashable, int] = {}
-    inc_flow: list[int] = []
-    inc_link: list[int] = []
-    rank = np.empty(len(names), dtype=np.int64)
-    for i, name in enumerate(names):
-        flow = flows[name]
-        rank[i] = rank_of[flow.job]
-        for link in flow.links:
-            inc_flow.append(i)
-            inc_link.append(link_ids.setdefault(link, len(link_ids)))
-    levels = prune(rank, np.array(inc_flow, dtype=np.int64), np.array(inc_link, dtype=np.int64), len(link_ids), k)
-    return dict(zip(names, levels.tolist()))
+    return (flows if isinstance(flows, FlowSet) else FlowSet(flows)).levels(order, k)
 
 
 def decide_levels(inp: LevelsInput, k: int) -> list[int]:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import leveller.core.levels as levels_module
-from leveller.core.levels import Flow, assign_levels, prune
+from leveller.core.levels import Flow, FlowSet, assign_levels, prune
 from leveller.core.policies import LevellerPolicy
 from tests.helpers.levels_oracle import contention_graph, oracle_levels
 
@@ -347,3 +347,37 @@ def test_parse_input_accepts_exactly_max_flows_and_a_rate_of_0() -> None:
     inp = parse_input(data, max_flows=2)
     assert inp.names == ["f", "g"] and [j.rate for j in inp.jobs] == [0]
     assert _input_error(data, max_flows=1) == "'flows' has 2 flows; at most 1 are decided in one run"
+
+
+@settings(max_examples=300)
+@given(contention_cases(), st.booleans())
+def test_a_flow_set_decides_as_the_flow_table_it_was_built_from(case, twice) -> None:  # type: ignore[no-untyped-def]
+    order, flows, k = case
+    flow_set = FlowSet(flows)
+    assert dict(flow_set) == flows and len(flow_set) == len(flows)
+    if twice:  # a set decides under many orders: nothing of one order is left for the next
+        flow_set.levels(list(reversed(order)), k)
+    assert flow_set.levels(order, k) == oracle_levels(order, flows, k)
+    assert assign_levels(order, flow_set, k) == oracle_levels(order, flows, k)
+    assert flow_set.levels(None, k) == dict.fromkeys(flows, 0)
+
+
+def test_a_flow_set_refuses_an_order_as_assign_levels_does() -> None:
+    flow_set = FlowSet(fig6_flows())
+    with pytest.raises(ValueError, match=r"duplicates: \['J1', 'J1'"):
+        flow_set.levels(["J1", "J1", "J2", "J3", "J4"], 2)
+    with pytest.raises(ValueError, match=r"missing from the order: \['J3', 'J4'\]"):
+        flow_set.levels(["J1", "J2"], 2)
+    with pytest.raises(ValueError, match="K must be >= 1, got 0"):
+        flow_set.levels(ORDER, 0)
+
+
+def test_a_flow_set_takes_another_pruner_with_the_same_arguments() -> None:
+    seen = []
+
+    def pruner(rank, inc_flow, inc_link, n_links, k):  # type: ignore[no-untyped-def]
+        seen.append((rank.tolist(), n_links, k))
+        return prune(rank, inc_flow, inc_link, n_links, k)
+
+    assert FlowSet(fig6_flows()).levels(ORDER, 2, pruner) == {"f1": 1, "f22": 1, "f21": 0, "f3": 0, "f4": 0}
+    assert seen == [([0, 1, 1, 2, 3], 4, 2)]  # flows in table order, the four links, K

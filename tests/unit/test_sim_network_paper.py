@@ -187,3 +187,21 @@ def test_helios_reader(tmp_path) -> None:
         read_trace("helios", str(tmp_path / "absent.csv"))
     with pytest.raises(UserError, match="allowed: lingjun, philly, helios"):
         read_trace("borg", path)
+
+
+def test_the_slack_left_follows_the_all_reduce_time_on_new_capacities() -> None:
+    net = load_network("dumbbell")
+    hosts = ("h1", "h2")  # same side: 1 Gbit/s = 125 MB/s, the all-reduce of 2 x 125 MB takes 2 s
+    job = RunJob(JobSpec("d", hosts, compute=4.0, bytes=250e6, slack=3.0, size=2), hosts, 0.0, net)
+    assert job.profile.duration == pytest.approx(2.0)
+    assert job.wait == pytest.approx(1.0) and job.may_wait  # 3 s of slack, 2 of them sending
+    capacity = net.capacity.copy()
+    try:
+        net.capacity[:] = capacity * 2
+        job.refresh_profile(net)
+        assert job.wait == pytest.approx(2.0)
+        net.capacity[:] = capacity / 2
+        job.refresh_profile(net)
+        assert job.wait == 0.0 and not job.may_wait  # 4 s sending: nothing left to wait
+    finally:
+        net.capacity[:] = capacity

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+from leveller.core.levels import FlowSet
 from leveller.core.overlap import effective_level
 from leveller.sim.network.fluid import Incidence, Refill, kernel
 from leveller.sim.network.policies import flow_table
@@ -68,6 +69,9 @@ class Group:
             self.slices.append(slice(i, i + len(j.flows)))
             i += len(j.flows)
         n = i
+        # The jobs the overlap rule can demote: a collective with slack. Profiles change only between
+        # groups (engine.resync), so the list holds for the group's life.
+        self.waiting = [(j, sl) for j, sl in zip(self.jobs, self.slices) if j.may_wait]
         self.volume = np.concatenate([j.volumes for j in self.jobs]) if n else np.zeros(0)
         self.remaining = np.concatenate([j.rem for j in self.jobs]) if n else np.zeros(0)
         self.active = np.zeros(n, dtype=bool)
@@ -91,8 +95,8 @@ class Group:
         for f in table.values():
             for link in f.links:
                 users.setdefault(link, set()).add(f.job)
-        self.flows = {n: f for n, f in table.items() if any(len(users[lk]) > 1 for lk in f.links)}
-        self.quiet_flows = {n: f for n, f in table.items() if n not in self.flows}
+        self.flows = FlowSet({n: f for n, f in table.items() if any(len(users[lk]) > 1 for lk in f.links)})
+        self.quiet_flows = FlowSet({n: f for n, f in table.items() if n not in self.flows})
         self.last_order: tuple[str, ...] | None = None  # the order the levels in force come from
         self.memo: dict[tuple[str, ...] | None, dict[str, int]] = {}  # order -> levels of self.flows
         self.track = congestion and len(self.jobs) > 1
@@ -211,7 +215,7 @@ class Group:
             return
         level = self.assigned
         if self.overlap:
-            for j, sl in zip(self.jobs, self.slices):
+            for j, sl in self.waiting:
                 if j.comm_on and not j.comm_done and j.wait > 0 \
                         and effective_level(1, j.comm_at, j.wait, self.t, lowest=0) == 0:
                     if level is self.assigned:

@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from leveller.core.levels import Flow, assign_levels
+from leveller.core.levels import Flow, FlowSet, Pruner, assign_levels, prune
 from leveller.core.policies import FairPolicy, JobView, LevellerPolicy, Policy
 from leveller.core.switching import PAPER, SwitchMemory, SwitchRule, applies_to, switch_order
 from leveller.model.limits import POLICIES
+from leveller.sim.network.fluid import kernel
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
@@ -60,6 +61,16 @@ def job_views(now: float, jobs: Sequence[RunJob], window: float | None = None,
     controller's --rate-window / --rate-half-life), GPUs, compute and communication time alone."""
     return [JobView(j.name, rate=j.policy_rate(now, window, half_life), gpus=j.gpus, compute=j.spec.compute,
                     comm=j.comm_alone if j.comm_alone > 0 else None) for j in jobs]
+
+
+def pruner() -> Pruner:
+    """The pruning the simulator uses: the compiled twin of ``leveller.core.levels.prune`` when the
+    compiled backend is in use (``LEVELLER_SIM_KERNEL``, as for the water-filling), else ``prune``."""
+    if kernel() is None:
+        return prune
+    from leveller.sim.network import prune_kernel
+
+    return prune_kernel.prune
 
 
 def flow_table(jobs: Sequence[RunJob]) -> dict[str, Flow]:
@@ -103,6 +114,8 @@ class RankedPolicy:
 
     def levels(self, order: list[str] | None, jobs: Sequence[RunJob], flows: Mapping[str, Flow],
                k: int) -> dict[str, int]:
+        if isinstance(flows, FlowSet):  # a group's flows, their incidence built once
+            return flows.levels(order, k, pruner())
         return assign_levels(order, flows, k)
 
     def shifts(self, now: float, jobs: Sequence[RunJob]) -> dict[str, float]:

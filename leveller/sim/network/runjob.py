@@ -94,7 +94,7 @@ class RunJob:
         self.comm_alone = reference.duration * self.phases  # communication time per iteration alone
         self.ideal = self.period_for(reference.duration)
         self.paths: list[tuple[int, ...]] = list(ecmp)
-        self.profile: AloneProfile = reference
+        self.profile = reference
         self.period = self.ideal
         self.stage = 0
         self.done_compute = 0.0  # compute of this iteration's finished stages
@@ -143,11 +143,25 @@ class RunJob:
         return out
 
     @property
+    def profile(self) -> AloneProfile:
+        """The all-reduce alone on the paths in force (setting it re-times every stage's slack)."""
+        return self._profile
+
+    @profile.setter
+    def profile(self, value: AloneProfile) -> None:
+        self._profile = value
+        self._waits = [max(0.0, c - o - value.duration) for c, o in self.stages]
+
+    @property
     def wait(self) -> float:
         """How long the stage's collective can wait without stalling the stage (the overlap
         rule's slack): the stage's overlap window minus the collective's own time alone."""
-        c, o = self.stages[self.stage]
-        return max(0.0, c - o - self.profile.duration)
+        return self._waits[self.stage]
+
+    @property
+    def may_wait(self) -> bool:
+        """Whether some stage's collective has slack (:attr:`wait` > 0) on the paths in force."""
+        return any(w > 0 for w in self._waits)
 
     # --- explicit iteration state ------------------------------------------
     def begin(self, at: float) -> None:
