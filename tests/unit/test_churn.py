@@ -45,9 +45,11 @@ def _record(policy: str = "leveller") -> PolicyRecord:
     its mark is gone from agent h1's report at 104.5. Job b starts at 105 and is never given a level."""
     r = PolicyRecord(policy, 100.0, 120.0)
     r.logs = {"a": JobLog("a", 101.0, {1: 102.0, 2: 103.0, 3: 104.0}), "b": JobLog("b", 105.0, {1: 107.0})}
-    r.decisions = [{"t": 101.2, "levels": {}, "jobs": {"a": {"ideal": None}}},
-                   {"t": 101.5, "levels": {"f1": 2}, "jobs": {"a": {"ideal": 0.8}}},
-                   {"t": 103.5, "levels": {"f1": 1}, "jobs": {"a": {"ideal": 0.9}}}]
+    r.decisions = [{"t": 101.2, "levels": {}, "jobs": {"a": {"ideal": None}}, "order": ["a"], "rates": {"a": None}},
+                   {"t": 101.5, "levels": {"f1": 2}, "jobs": {"a": {"ideal": 0.8}}, "order": ["a", "b"],
+                    "rates": {"a": 0.61234, "b": 0.0}},
+                   {"t": 103.5, "levels": {"f1": 1}, "jobs": {"a": {"ideal": 0.9}}, "order": ["b", "a"],
+                    "rates": {"a": 0.5, "b": 0.25}}]
     r.agent_lines = {"h1": [{"t": 101.6, "marks": {"f1": 16}, "bytes": {"a": {"f1": 10}}},
                             {"t": 104.2, "marks": {"f1": 16}, "bytes": {"a": {"f1": 20}}},
                             {"t": 104.5, "marks": {}, "bytes": {"b": {"f2": 5}}}],
@@ -64,6 +66,8 @@ def test_timings_rates_and_checks_of_a_hand_made_run() -> None:
     assert a["first_level_s"] == pytest.approx(0.5) and a["first_level_target_s"] == pytest.approx(5 * 0.9 + 0.4)
     assert a["marks_gone_s"] == pytest.approx(0.5)  # from its last iteration (104) to h1's report at 104.5
     assert a["levels"] == [(1.5, 2), (3.5, 1)]
+    assert a["controller"] == [(1.2, None, 0), (1.5, 0.6123, 0), (3.5, 0.5, 1)]  # (t, R it ranked by, place)
+    assert b["controller"] == [(1.5, 0.0, 1), (3.5, 0.25, 0)]  # not in the first decision
     assert p["never_ranked"] == ["b"] and p["jobs_finished"] == 1 and p["min"] == pytest.approx(0.9)
     assert doc["checks"]["every_job_ranked"] is False and doc["checks"]["no_mark_past_lease"] is True
 

@@ -4,7 +4,8 @@ Per job and policy: its start t0 (its ``iter=0`` line), whether it finished (all
 before the end of the run), R = iterations x ideal / (last iteration - t0), the seconds from t0 to
 the first decision that gives one of its flows a level (its flows: what the agents reported for
 it), and the seconds from its last iteration to the first report of every agent that carried one
-of its marks with none left. The ideal time of a job is the one the controller profiled for it
+of its marks with none left; beside its levels, the R the controller ranked it by and its place in the
+order at every decision. The ideal time of a job is the one the controller profiled for it
 (at top priority), the smallest over the policy runs, so that every policy's R uses the same one.
 Targets: the first level within the job's profiling (PROFILE_SAMPLES iterations at its ideal time)
 plus 2 tau; every mark gone within the lease; no job never ranked; LEVELLER's min R of finished
@@ -58,6 +59,19 @@ def level_series(record: PolicyRecord, flows: Mapping[str, set[str]]) -> dict[st
     return out
 
 
+def controller_series(record: PolicyRecord) -> dict[str, list[tuple[float, float | None, int | None]]]:
+    """job -> (decision time, the R the controller ranked it by, its place in the order, 0 first) for
+    every decision that shows it: what the controller believed, beside what the job did."""
+    out: dict[str, list[tuple[float, float | None, int | None]]] = {}
+    for d in record.decisions:
+        place = {job: i for i, job in enumerate(d.get("order") or ())}
+        rates = d.get("rates") or {}
+        for job in sorted(set(rates) | set(place)):
+            r = rates.get(job)
+            out.setdefault(job, []).append((float(d["t"]), None if r is None else float(r), place.get(job)))
+    return out
+
+
 def marks_gone(record: PolicyRecord, labels: set[str], end: float) -> float | None:
     """Seconds after ``end`` until every agent that marked one of ``labels`` reported none of them
     (None: no agent ever marked them); inf when one still held a mark at its last report."""
@@ -93,6 +107,7 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
     for r in records:
         flows = job_flows(r)
         series = level_series(r, flows)
+        seen = controller_series(r)
         jobs: dict[str, Any] = {}
         for a in arrivals:
             log = r.logs.get(a.name)
@@ -121,6 +136,8 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
             if gone is not None:
                 entry["marks_gone_s"] = round(gone, 3) if np.isfinite(gone) else None
             entry["levels"] = [(round(t - r.t_start, 2), lv) for t, lv in levels]
+            entry["controller"] = [(round(t - r.t_start, 2), None if x is None else round(x, 4), place)
+                                   for t, x, place in seen.get(a.name, [])]
             jobs[a.name] = entry
         finished = [j["rate"] for j in jobs.values() if j["finished"] and "rate" in j]
         started = [j for j in jobs.values() if "start" in j]
