@@ -398,14 +398,19 @@ def compress_levels(priority: Mapping[str, float], intensity: Mapping[str, Numbe
     """Crux priority compression: a level in K-1 (highest) .. 0 for every job in ``priority``.
 
     Max K-Cut of the contention DAG by :func:`max_k_cut_dp` over ``samples`` topological
-    orders per connected part; deterministic for a given ``seed``.
+    orders per connected part; deterministic for a given ``seed``, whatever the order (or
+    orientation) in which ``contends`` lists the pairs.
     """
     if k < 1:
         raise UserError(f"levels k must be >= 1, got {k!r}")
     if samples < 1:
         raise UserError(f"samples must be >= 1, got {samples!r}")
-    edges = contention_dag(priority, intensity, contends)
     names = list(priority)
+    pos = {name: i for i, name in enumerate(names)}
+    # Edges in the order of their ends in ``priority``, not in the order ``contends`` lists them:
+    # the sampled orders follow the edge order, and a caller's set of pairs has no stable order.
+    edges = dict(sorted(contention_dag(priority, intensity, contends).items(),
+                        key=lambda e: (pos[e[0][0]], pos[e[0][1]])))
     by_priority = sorted(names, key=lambda n: -priority[n])  # stable: ties keep the listed order
     levels = {n: k - 1 for n in names}
     rng = np.random.default_rng(seed)

@@ -267,8 +267,8 @@ def test_dp_over_all_topological_orders_equals_brute_force_max_k_cut(case) -> No
 
 
 @st.composite
-def contention_cases(draw):
-    n = draw(st.integers(1, 7))
+def contention_cases(draw, max_jobs: int = 7):
+    n = draw(st.integers(1, max_jobs))
     names = [f"j{i}" for i in range(n)]
     pr = {nm: float(draw(st.integers(1, 6))) for nm in names}
     intensity = {nm: float(draw(st.integers(1, 9))) for nm in names}
@@ -291,6 +291,18 @@ def test_compressed_levels_respect_priority_between_contending_jobs(case) -> Non
     assert cut_value(levels, edges) >= cut_value(alone, edges) - 1e-9
     if cut_value(levels, edges) == cut_value(alone, edges):
         assert levels == alone  # ties go to the earlier sample: the priority order
+
+
+@settings(max_examples=200)
+@given(contention_cases(max_jobs=12), st.randoms(use_true_random=False))
+def test_compressed_levels_do_not_depend_on_the_order_contending_pairs_are_listed(case, rnd) -> None:
+    # The simulator lists the pairs from a set of name tuples, whose order follows Python's string
+    # hash seed: the levels (and so every Crux result) must not change with it.
+    pr, intensity, pairs, k, seed = case
+    shuffled = [(b, a) if rnd.random() < 0.5 else (a, b) for a, b in pairs]
+    rnd.shuffle(shuffled)
+    assert crux.compress_levels(pr, intensity, shuffled, k, seed=seed) == \
+        crux.compress_levels(pr, intensity, pairs, k, seed=seed)
 
 
 # --- every refusal says what is wrong, in full -------------------------------------------
@@ -459,10 +471,11 @@ NO_PRIORITY_ORDER = ({"j0": 1.0, "j1": 16.0, "j2": 2.0, "j3": 10.0, "j4": 20.0, 
 
 
 def test_compression_is_deterministic_with_seed_0_by_default() -> None:
-    want = {"j0": 0, "j1": 1, "j2": 2, "j3": 1, "j4": 1, "j5": 0, "j6": 2}
-    assert crux.compress_levels(*SAMPLED, 3) == want
-    assert crux.compress_levels(*SAMPLED, 3, samples=10, seed=0) == want
-    assert crux.compress_levels(*SAMPLED, 3, seed=1) != want
+    seeded = crux.compress_levels(*SAMPLED, 3, samples=10, seed=0)
+    assert crux.compress_levels(*SAMPLED, 3) == seeded
+    # The seed decides on this case (j4's level, an equal cut either way), so a default other
+    # than 0 would show.
+    assert crux.compress_levels(*SAMPLED, 3, seed=1) != seeded
 
 
 def test_compression_without_the_priority_order_uses_random_orders_only() -> None:
