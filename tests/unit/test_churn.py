@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from leveller.experiments.churn.plan import Arrival, ChurnSettings, PolicyRecord, draw, leafspine, leaves
+from leveller.experiments.churn.plot import level_spans, plot_churn
 from leveller.experiments.churn.report import checks, marks_gone, summarize
 from leveller.experiments.shared.measure import JobLog
 
@@ -99,3 +100,48 @@ def test_marks_are_timed_from_the_jobs_processes_exit_when_known() -> None:
     doc = summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))
     assert doc["policies"]["leveller"]["jobs"]["a"]["marks_gone_s"] == pytest.approx(2.6)
     assert doc["policies"]["leveller"]["marks_past_lease"] == ["a"]
+
+
+# --- the plot's level stretches ------------------------------------------------------------
+
+def test_level_spans_merge_steps_at_one_level_and_stop_at_the_end() -> None:
+    steps = [[1.0, 3], [2.0, 3], [2.5, 0], [2.5, 1], [4.0, 1], [6.0, 3], [12.0, 2]]
+    # 1-2.5 at 3 (two steps), nothing at 0 (no time), 2.5-6 at 1 (two steps), 6-10 at 3, 12 is past the end
+    assert level_spans(steps, 10.0) == {3: [(1.0, 1.5), (6.0, 4.0)], 1: [(2.5, 3.5)]}
+    assert level_spans([], 10.0) == {}
+    assert level_spans([[11.0, 2]], 10.0) == {}
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=30), st.integers(0, 45))
+def test_level_spans_cover_each_moment_at_the_level_of_its_step(raw, end) -> None:
+    steps = [[t / 4, lv] for t, lv in sorted(raw, key=lambda x: x[0])]
+    spans = level_spans(steps, end / 4)
+    for stretches in spans.values():
+        assert all(w > 0 for _, w in stretches)
+        ends = [(s, s + w) for s, w in stretches]
+        assert all(a[1] < b[0] for a, b in zip(ends, ends[1:]))  # apart: touching ones would be one stretch
+    for q in range(0, 180):  # every eighth of a second: the step in force then, by the plain rule
+        at = q / 8 + 1 / 16
+        before = [lv for t, lv in steps if t <= at]
+        want = before[-1] if before and at < end / 4 else None
+        got = [lv for lv, st_ in spans.items() for s, w in st_ if s <= at < s + w]
+        assert got == ([] if want is None else [want])
+
+
+def test_the_plot_draws_each_level_of_a_job_once_however_many_steps(tmp_path, monkeypatch) -> None:
+    # A 600 s run has thousands of steps per job: an artist per step took matplotlib over 7 minutes.
+    import matplotlib.axes
+
+    calls = []
+    real = matplotlib.axes.Axes.broken_barh
+    monkeypatch.setattr(matplotlib.axes.Axes, "broken_barh",
+                        lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    steps = [[10 + i * 0.1, i % 2 * 3] for i in range(3000)]
+    job = {"start": 10.0, "iterations": 30, "ideal_s": 10.0, "rate": 1.0, "finished": True, "levels": steps}
+    doc = {"settings": {"levels": 4}, "arrivals": [{"name": "j"}],
+           "policies": {"leveller": {"jobs": {"j": job}, "jobs_finished": 1, "min": 1.0, "never_ranked": []}}}
+    plot_churn(tmp_path / "churn.png", doc)
+    assert (tmp_path / "churn.png").stat().st_size > 0
+    assert len(calls) <= 1 + 4  # the grey bar, then one call per level
+    assert sum(len(c[0]) for c in calls[1:]) == 3000  # each alternation still drawn

@@ -3,9 +3,32 @@ stretch coloured by the highest level the controller gave the job's flows then (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+
+def level_spans(steps: Sequence[Sequence[float]], end: float) -> dict[int, list[tuple[float, float]]]:
+    """Per level, the (start, width) stretches of ``steps`` ([t, level] in time order) before ``end``.
+
+    Consecutive steps at one level are one stretch, and each level is drawn in one call: a 600 s run
+    has thousands of steps per job, and an artist per step took matplotlib many minutes to draw.
+    """
+    spans: dict[int, list[tuple[float, float]]] = {}
+    run: list[Any] = []  # [level, start, end] of the stretch being drawn
+    for (t, level), nxt in zip(steps, [*steps[1:], [end, None]]):
+        t, t1 = float(t), min(float(nxt[0]), end)
+        if t1 <= t:  # no time at this level (two steps at once, or past the end)
+            continue
+        if run and run[0] == int(level) and run[2] == t:
+            run[2] = t1
+            continue
+        if run:
+            spans.setdefault(run[0], []).append((run[1], run[2] - run[1]))
+        run = [int(level), t, t1]
+    if run:
+        spans.setdefault(run[0], []).append((run[1], run[2] - run[1]))
+    return spans
 
 
 def plot_churn(path: Path, doc: Mapping[str, Any]) -> None:
@@ -29,11 +52,8 @@ def plot_churn(path: Path, doc: Mapping[str, Any]) -> None:
             start = job["start"]
             end = start + (job["iterations"] * job["ideal_s"] / job["rate"] if job.get("rate") else 0.0)
             ax.broken_barh([(start, max(0.01, end - start))], (row - 0.4, 0.8), color="0.85")
-            steps = job["levels"]
-            for (t, level), nxt in zip(steps, [*steps[1:], [end, None]]):
-                t1 = min(float(nxt[0]), end)
-                if t1 > t:
-                    ax.broken_barh([(t, t1 - t)], (row - 0.4, 0.8), color=colors(level))
+            for level, spans in level_spans(job["levels"], end).items():
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=colors(level))
             if not job["finished"]:
                 ax.plot([end], [row], marker=">", color="k", markersize=3)
         ax.set_yticks(range(len(names)))
