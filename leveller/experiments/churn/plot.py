@@ -16,8 +16,9 @@ def level_spans(steps: Sequence[Sequence[float]], end: float) -> dict[int, list[
     """
     spans: dict[int, list[tuple[float, float]]] = {}
     run: list[Any] = []  # [level, start, end] of the stretch being drawn
-    for (t, level), nxt in zip(steps, [*steps[1:], [end, None]]):
-        t, t1 = float(t), min(float(nxt[0]), end)
+    nexts = [float(step[0]) for step in steps[1:]] + [end]
+    for (t, level), t_next in zip(steps, nexts):
+        t, t1 = float(t), min(t_next, end)
         if t1 <= t:  # no time at this level (two steps at once, or past the end)
             continue
         if run and run[0] == int(level) and run[2] == t:
