@@ -2,11 +2,12 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
 from leveller.errors import UserError
-from leveller.sim.sweep import check_grid, mean_ci, point_key, points, run_point, summarise, write_results
+from leveller.sim.sweep import check_grid, load_grid, mean_ci, point_key, points, run_point, summarise, write_results
 
 TOPOLOGY = "fabric:gpus=32,gpus_per_host=4,hosts_per_leaf=2,spines=2"
 TRACE = "synthetic:jobs=4,min_s=5,max_s=10,max_hosts=4"
@@ -251,3 +252,26 @@ def test_rows_computed_before_an_interruption_are_on_disk(tmp_path) -> None:
         run_sweep(g, tmp_path, client, on_done=stop)
     rows = json.loads((tmp_path / "results.json").read_text())
     assert len(rows) == 1 and 0 < rows[0]["min"] <= 1
+
+
+EXAMPLE_GRIDS = sorted((Path(__file__).resolve().parents[2] / "examples" / "sweeps").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", EXAMPLE_GRIDS, ids=lambda p: p.name)
+def test_every_example_grid_loads_and_builds_its_networks_and_traces(path: Path) -> None:
+    # EXPERIMENTS.md runs these files; a typo in a topology or trace option would surface only
+    # when a point runs, minutes into a sweep.
+    from leveller.model.limits import POLICIES
+    from leveller.sim.network.topology import load_network
+    from leveller.sim.network.trace import synthetic
+
+    pts = points(load_grid(str(path)))
+    assert pts and {p["policy"] for p in pts} <= set(POLICIES)
+    for topology, trace in sorted({(p["topology"], p["trace"]) for p in pts}):
+        net = load_network(topology)
+        jobs, _ = synthetic(trace + ",seed=1", net)
+        assert jobs
+
+
+def test_the_example_grids_are_found() -> None:
+    assert {"contended-1024.json", "oversub-1024-hour.json"} <= {p.name for p in EXAMPLE_GRIDS}
