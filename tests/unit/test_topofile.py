@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from leveller.cli import main
+from leveller.testbed.topofile import load_topology
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -29,3 +30,12 @@ def test_bad_topology_files_exit_2_with_the_problem_named(tmp_path: Path, capsys
 def test_a_directory_is_not_a_topology_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sdn", "--topology", str(tmp_path)]) == 2
     assert "cannot read it" in capsys.readouterr().err
+
+
+def test_fig9_example_is_the_topology_the_fig9_experiment_builds() -> None:
+    """docs/switching.md measures Figure 9's bottleneck on examples/topologies/dumbbell-fig9.toml:
+    it must stay the dumbbell `experiment tenants --fig9` runs on."""
+    from leveller.experiments.tenants.plan import dumbbell
+
+    root = Path(__file__).resolve().parents[2]
+    assert load_topology(str(root / "examples/topologies/dumbbell-fig9.toml")).to_dict() == dumbbell().to_dict()
