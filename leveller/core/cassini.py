@@ -65,7 +65,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +78,8 @@ SHORT = 2  # runs of a profile up to this many bins are summed bin by bin, longe
 # link content and search settings -> link_rotations' result (job_shifts' cache)
 RotationCache = MutableMapping[tuple[object, ...], tuple[float, dict[str, float]]]
 NEAR = 1e-9  # candidates ranked within this of the best get their reference score
+# (base, curve, profile, candidates) -> (best raw score, its rotation): _best_rotation or a twin returning the same
+BestRotation = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[float, int]]
 
 
 @dataclass(frozen=True)
@@ -296,8 +298,14 @@ def _best_rotation(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
 
 
 def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap: float, angles: int = 72,
-                   max_exhaustive: int = 4096, sweeps: int = 3) -> tuple[float, dict[str, float]]:
-    """Rotation search on one link: best compatibility (clipped) and the rotation per job in seconds."""
+                   max_exhaustive: int = 4096, sweeps: int = 3,
+                   best_rotation: BestRotation | None = None) -> tuple[float, dict[str, float]]:
+    """Rotation search on one link: best compatibility (clipped) and the rotation per job in seconds.
+
+    ``best_rotation``: the per-job step of the search, :func:`_best_rotation` by default; the simulator
+    passes its compiled twin (``leveller.sim.network.cassini_kernel``), which returns the same values.
+    """
+    best = _best_rotation if best_rotation is None else best_rotation
     _check_link(jobs_on_link)
     if angles < 1:
         raise UserError(f"angles must be >= 1, got {angles!r}")
@@ -320,20 +328,20 @@ def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap:
             base = curves[0].copy()
             for c, r in zip(curves[1:-1], combo):
                 base += np.roll(c, r)
-            val, last = _best_rotation(base, curves[-1], profs[-1], grids[-1])
+            val, last = best(base, curves[-1], profs[-1], grids[-1])
             if val > score:
                 score, rot = val, [0, *combo, last]
     else:
         total = curves[0].copy()
         for i in range(1, n):  # greedy placement in link order
-            _, rot[i] = _best_rotation(total, curves[i], profs[i], grids[i])
+            _, rot[i] = best(total, curves[i], profs[i], grids[i])
             total += np.roll(curves[i], rot[i])
         score = _raw_score(total)
         for _ in range(sweeps):
             improved = False
             for i in range(1, n):
                 base = total - np.roll(curves[i], rot[i])
-                val, r = _best_rotation(base, curves[i], profs[i], grids[i])
+                val, r = best(base, curves[i], profs[i], grids[i])
                 if val > score + 1e-12:
                     rot[i], score, improved = r, val, True
                 total = base + np.roll(curves[i], rot[i])
@@ -379,14 +387,15 @@ def bfs_shifts(rotations: Mapping[Hashable, Mapping[str, float]], periods: Mappi
 
 def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, lcm_cap: float,
                angles: int = 72, max_exhaustive: int = 4096, sweeps: int = 3,
-               cache: RotationCache | None = None) -> dict[str, float]:
+               cache: RotationCache | None = None,
+               best_rotation: BestRotation | None = None) -> dict[str, float]:
     """CASSINI's shift per job (seconds to delay its iteration start), for every job on ``links``.
 
     Rotation search on every link shared by two or more jobs, then :func:`bfs_shifts`.
     A job must have the same period on every link. ``cache``: a mapping the caller keeps across
     calls, from a link's jobs (in order) and the search settings to :func:`link_rotations`' result;
     a link whose content was searched before is not searched again (the search is a pure function
-    of that content, so the shifts are the same).
+    of that content, so the shifts are the same). ``best_rotation`` as for :func:`link_rotations`.
     """
     _check_quantum(quantum_s, lcm_cap)
     periods: dict[str, float] = {}
@@ -402,7 +411,11 @@ def job_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_s: float, 
             key = (tuple(jobs), quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
             found = None if cache is None else cache.get(key)
             if found is None:
-                found = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+                if best_rotation is None:
+                    found = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps)
+                else:
+                    found = link_rotations(jobs, quantum_s, lcm_cap, angles, max_exhaustive, sweeps,
+                                           best_rotation=best_rotation)
                 if cache is not None:
                     cache[key] = found
             rotations[link] = dict(found[1])
@@ -432,11 +445,12 @@ def shift_overlap(a: CircleJob, shift_a: float, b: CircleJob, shift_b: float, ho
 
 def shared_link_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_fraction: float = 0.01,
                        lcm_periods: float = 20.0,
-                       cache: RotationCache | None = None) -> dict[str, float]:
+                       cache: RotationCache | None = None,
+                       best_rotation: BestRotation | None = None) -> dict[str, float]:
     """:func:`job_shifts` with the grid scaled to the jobs: quantum = ``quantum_fraction`` of the
     shortest period, unified circle capped at ``lcm_periods`` times the longest. Links with fewer
-    than two jobs add nothing; with no shared link at all the result is empty. ``cache`` as for
-    :func:`job_shifts`."""
+    than two jobs add nothing; with no shared link at all the result is empty. ``cache`` and
+    ``best_rotation`` as for :func:`job_shifts`."""
     shared = {link: jobs for link, jobs in links.items() if len(jobs) >= 2}
     if not shared:
         return {}
@@ -445,4 +459,5 @@ def shared_link_shifts(links: Mapping[Hashable, Sequence[CircleJob]], quantum_fr
     if not lcm_periods >= 1:
         raise UserError(f"lcm_periods must be >= 1, got {lcm_periods!r}")
     periods = [c.period_s for jobs in shared.values() for c in jobs]
-    return job_shifts(shared, quantum_fraction * min(periods), lcm_periods * max(periods), cache=cache)
+    return job_shifts(shared, quantum_fraction * min(periods), lcm_periods * max(periods), cache=cache,
+                      best_rotation=best_rotation)

@@ -19,7 +19,8 @@ start once. Quantum = ``quantum_fraction`` of the shortest period, unified
 circle capped at ``lcm_periods`` x the longest period; links with the same jobs
 and demands are searched once, and a link searched at an earlier arrival or
 finish is not searched again while its content and the grid stay the same (a
-cache of up to ``CACHE`` links, emptied when full).
+cache of up to ``CACHE`` links, emptied when full). The search's per-job step runs compiled
+(:mod:`leveller.sim.network.cassini_kernel`, the same values) when the compiled backend is in use.
 """
 
 from __future__ import annotations
@@ -33,10 +34,21 @@ from leveller.core import cassini, crux
 from leveller.core.levels import Flow
 from leveller.core.rate import Number
 from leveller.model.shape import JobShape
+from leveller.sim.network.fluid import kernel
 from leveller.sim.network.runjob import RunJob
 from leveller.sim.network.topology import Network
 
 CACHE = 4096  # CASSINI: searched links kept across re-plans (cassini.job_shifts' cache)
+
+
+def rotation_search() -> cassini.BestRotation | None:
+    """CASSINI's per-job search step in the simulator: the compiled twin of ``cassini._best_rotation`` when
+    the compiled backend is in use (``LEVELLER_SIM_KERNEL``, as for the water-filling), else None (numpy)."""
+    if kernel() is None:
+        return None
+    from leveller.sim.network import cassini_kernel
+
+    return cassini_kernel.best_rotation
 
 
 def link_bytes(job: RunJob, paths: Sequence[tuple[int, ...]]) -> dict[int, float]:
@@ -161,4 +173,4 @@ class CassiniNet:
         if len(self.searched) >= CACHE:
             self.searched.clear()
         return cassini.shared_link_shifts(self.circles(jobs), self.quantum_fraction, self.lcm_periods,
-                                          cache=self.searched)
+                                          cache=self.searched, best_rotation=rotation_search())
