@@ -49,6 +49,10 @@ def test_short_run_prints_the_contract_and_leaves_nothing(tmp_path: Path) -> Non
     rep = details["repeats"][0]
     assert set(rep["jobs"]) == {"t1", "t2"} and all(0.3 < v < 3.0 for v in rep["ideal_s"].values())
     assert all(min(r["iterations"].values()) >= 3 for r in rep["runs"].values())
+    for run in rep["runs"].values():  # every leaf-spine link both ways, from the switch's port counters
+        busy = run["link_busy"]
+        assert len(busy) == 12 and all(0.0 <= v <= 1.02 for v in busy.values()), busy
+        assert max(busy.values()) > 0.05, busy  # the tenants' rings cross the spines
     assert (tmp_path / "tenants.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "tenants-model.png").read_bytes()[:4] == b"\x89PNG"
     assert details["settings"]["switching"]["name"] == "all"

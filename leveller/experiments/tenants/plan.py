@@ -234,6 +234,7 @@ class PolicyRun:
     plans: int = 0  # CASSINI plans the controller made (policy cassini)
     tcp: dict[str, int] = field(default_factory=dict)  # retransmissions and timeouts (shared.tcpstats)
     model: dict[str, float] = field(default_factory=dict)  # R per job in the fluid model (tenants.model)
+    link_busy: dict[str, float] = field(default_factory=dict)  # share of each fabric direction's rate used
 
     @property
     def model_min(self) -> float | None:

@@ -82,7 +82,7 @@ def _switching(opts: Any) -> dict[str, Any]:
 def _run_doc(run: Any) -> dict[str, Any]:
     return {"rates": {k: round(v, 4) for k, v in run.rates.items()}, "iterations": run.iterations,
             "window_s": round(run.window_s, 2), "top_job_changes": run.switches, "cassini_plans": run.plans,
-            "tcp": run.tcp, "model": {k: round(v, 4) for k, v in run.model.items()}}
+            "tcp": run.tcp, "model": {k: round(v, 4) for k, v in run.model.items()}, "link_busy": run.link_busy}
 
 
 def tenants_details(opts: Any, repeats: Sequence[Repeat]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -156,7 +156,8 @@ def fig9_doc(opts: Any, rep: Repeat) -> dict[str, Any]:
                                   "min": round(run.min, 4), "avg": round(run.avg, 4), "top_job_changes": run.switches,
                                   "cassini_plans": run.plans, "tcp": run.tcp,
                                   "model": {k: round(v, 4) for k, v in run.model.items()},
-                                  "model_min": None if run.model_min is None else round(run.model_min, 4)}
+                                  "model_min": None if run.model_min is None else round(run.model_min, 4),
+                                  "link_busy": run.link_busy}
                      for run in rep.runs},
             "switching": _switching(opts),
             "window_s": round(min(run.window_s for run in rep.runs), 2),

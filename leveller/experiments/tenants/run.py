@@ -25,6 +25,7 @@ from leveller.core.switching import PAPER
 from leveller.core.topology import Topology
 from leveller.errors import UserError
 from leveller.experiments.shared.cluster import DemoCluster
+from leveller.experiments.shared.linkbusy import LinkSampler, fabric_directions
 from leveller.experiments.shared.measure import top_job_changes
 from leveller.experiments.shared.policy_run import LiveSettings, profile_alone, run_policy
 from leveller.experiments.shared.switching import DEFAULT_MODE, MODES, LiveSwitching
@@ -40,6 +41,7 @@ from leveller.experiments.tenants.plan import (
     fig9_tenants,
     leafspine,
 )
+from leveller.testbed.cluster import port_name
 
 Step = Callable[[str, float], None]  # (what runs, fraction of it done)
 Note = Callable[[str], None]
@@ -76,6 +78,7 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
         ideal[j.name] = profile_alone(cluster, j, settings, functools.partial(step, f"{label}: {j.name} alone"))
     hosts = [cluster.netns(h) for h in sorted({h for j in jobs for h in j.hosts})]
     topo: Topology = cluster.testbed.topology
+    directions = fabric_directions(topo, port_name)
     runs = []
     for pol in policies:
         ours = pol == "leveller"  # the switching options are LEVELLER's; the floor is the network's
@@ -83,7 +86,9 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
             settings, overlap=ours, controller_args=switching.controller_args() if ours else (),
             agent_args=switching.agent_args() if ours else ())
         before = read_counters(hosts)
-        out = run_policy(cluster, pol, pol, jobs, ideal, run_settings, functools.partial(step, f"{label}: {pol}"))
+        sampler = LinkSampler(cluster.testbed.state.switch_netns, directions)
+        out = run_policy(cluster, pol, pol, jobs, ideal, run_settings, functools.partial(step, f"{label}: {pol}"),
+                         background=sampler.context)
         tcp = difference(read_counters(hosts), before)
         model = model_rates(topo, jobs, pol, settings.levels, settings.seconds, settings.tau_s,
                             switching.rule if ours else PAPER, cluster.floor)
@@ -91,7 +96,7 @@ def _runs(cluster: DemoCluster, tenants: Sequence[Tenant], policies: Sequence[st
         runs.append(PolicyRun(pol, {j.name: out.rates[j.name] for j in jobs},
                               {j.name: out.logs[j.name].iterations_by(out.t_end) for j in jobs},
                               out.t_end - out.t_start, top_job_changes(out.decisions), max(plans, default=0),
-                              tcp, model))
+                              tcp, model, sampler.busy(out.t_start, out.t_end)))
     return ideal, runs
 
 
