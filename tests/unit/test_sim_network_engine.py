@@ -213,14 +213,14 @@ def contended_cassini(monkeypatch: pytest.MonkeyPatch, cache: bool = True):  # t
     searched: list[tuple[str, ...]] = []
     link_rotations, shared_link_shifts = cassini.link_rotations, cassini.shared_link_shifts
 
-    def spy(jobs, *args):  # type: ignore[no-untyped-def]
+    def spy(jobs, *args, **kwargs):  # type: ignore[no-untyped-def]
         searched.append(tuple(j.name for j in jobs))
-        return link_rotations(jobs, *args)
+        return link_rotations(jobs, *args, **kwargs)
 
     monkeypatch.setattr(cassini, "link_rotations", spy)
     if not cache:
         monkeypatch.setattr(cassini, "shared_link_shifts",
-                            lambda links, qf, lp, cache: shared_link_shifts(links, qf, lp))
+                            lambda links, qf, lp, cache, **kw: shared_link_shifts(links, qf, lp, **kw))
     net = load_network("fabric:gpus=128,nics_per_host=1,gbps=100,oversub=2")
     jobs, placer = synthetic("contended:jobs=10,seed=2,max_hosts=4,min_s=30,max_s=120", net)
     result = Simulation(net, jobs, CassiniNet(quantum_fraction=0.05, lcm_periods=2.0), 2, 150, placer=placer).run()
