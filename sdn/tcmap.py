@@ -101,9 +101,9 @@ def ensure_filters(dev: str, level_map: LevelMap) -> str:
     if not htb_present(dev):
         return NO_QDISC
     ensure_root_burst(dev)
-    if installed_filters(dev) == 2 * level_map.levels:  # IPv4 and IPv6 per level
-        return KEPT
     cmds = tc_dscp_filters(dev, level_map)
+    if installed_filters(dev) == len(cmds) - 1:  # every add of the classifier (the first argv flushes)
+        return KEPT
     subprocess.run(cmds[0], capture_output=True)  # flush; may find nothing to delete
     for argv in cmds[1:]:
         proc = subprocess.run(argv, capture_output=True, text=True)

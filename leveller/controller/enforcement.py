@@ -72,14 +72,26 @@ class SdnQueues:
         return self._ports
 
     def arrived(self) -> dict[QueueKey, int]:
+        """Per level's queue as the protocol says; a port's queues of no level (the control queue, which
+        takes TCP's ACKs of every level: leveller.core.qos) count toward each of its levels, since the
+        hosts counted those ACKs with their flow's DSCP. They are a few percent of a level's bytes, so a
+        level whose data went to another queue still counts far too little."""
         out: dict[QueueKey, int] = {}
+        extra: dict[Port, int] = {}
         for q in self.client.queues():
-            if q.get("switch") is None or q.get("level") is None:
+            if q.get("switch") is None:
                 continue
             sent, packets = int(q["tx_bytes"]), int(q["tx_packets"])
             dropped = int(q.get("drops") or 0) * (sent // packets if packets else 1500)
+            took = sent + int(q.get("backlog_bytes") or 0) + dropped
+            if q.get("level") is None:
+                port = (q["switch"], int(q["port"]))
+                extra[port] = extra.get(port, 0) + took
+                continue
             key = (q["switch"], int(q["port"]), int(q["level"]))
-            out[key] = out.get(key, 0) + sent + int(q.get("backlog_bytes") or 0) + dropped
+            out[key] = out.get(key, 0) + took
+        for key in out:
+            out[key] += extra.get(key[:2], 0)
         return out
 
 

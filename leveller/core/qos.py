@@ -10,7 +10,7 @@ for voice and network control, are never used by default (an explicit mapping
 may use them). Unmarked traffic (DSCP 0) therefore lands at level 0.
 
 Queues are strict priority: OVS queue q is HTB class 1:(q+1) with kernel HTB
-priority K-1-q (0 is served first) and the link rate as ceiling, so a higher queue
+priority K-q (the control queue below has 0, served first) and the link rate as ceiling, so a higher queue
 takes all the bandwidth it can use. A floor (a fraction of the link rate, default
 DEFAULT_FLOOR) is guaranteed to every queue below the top: strict priority alone
 starves a demoted TCP flow, which then loses its ACK clock and waits for a
@@ -23,6 +23,18 @@ send a burst of HTB_BURST_S of the link rate: HTB keeps at most a burst of
 tokens, so a dequeue that comes late (a busy or virtualised CPU's timer) loses
 the link time beyond it for good; with one MTU (OVS's default) a loaded machine
 delivers visibly less than the link rate.
+
+Above the K level queues every port has one control queue, OVS queue K (HTB
+priority 0, served before every level), that carries TCP's small packets: pure
+ACKs, SYN and FIN, any TCP packet of less than CONTROL_MAX_BYTES (the IPv4 total
+or the IPv6 payload length). A level's queue holds up to a FIFO's length of data
+packets; an ACK of the other direction that waits behind them (a queue of 100
+packets is 48 ms at 25 Mbit/s) reaches its sender in bunches, and a link that
+carries data both ways loses a fifth of its rate to the stalls (ACK compression;
+docs/switching.md measures it). The control queue is guaranteed CONTROL_SHARE of
+the link (ACKs are about 2-4 % of the data they acknowledge), taken from the
+top queue's share, and borrows the rest like every queue. Switches that classify
+by OpenFlow set_queue (which cannot match a packet's length) leave it empty.
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ DEFAULT_FLOOR = 0.05  # share of the link guaranteed to every queue below the to
 OVS_MIN_RATE_BPS = 12_000  # OVS linux-htb raises any min-rate below 1500 bytes/s to it
 HTB_BURST_S = 0.01  # a queue's burst, in seconds of its ceiling rate
 RESERVED_DSCP = (46, 48, 56)
+CONTROL_SHARE = 0.05  # share of the link guaranteed to the control queue (TCP's ACKs), from the top's
+CONTROL_MAX_BYTES = 128  # TCP packets shorter than this (IPv4 total, IPv6 payload length) go to the control queue
 
 
 @dataclass(frozen=True)
@@ -115,25 +129,37 @@ def check_floor(floor: float, levels: int, name: str = "floor") -> float:
     return float(floor)
 
 
-def queue_configs(levels: int, rate_mbps: float | None, floor: float = DEFAULT_FLOOR) -> list[QueueConfig]:
-    """HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given), top served first.
+def control_queue(levels: int) -> int:
+    """The OVS queue of TCP's control packets on a port with `levels` level queues: the one after them."""
+    return levels
 
-    Every queue below the top gets `floor` x the link rate as its guaranteed (HTB) rate and the top
-    queue the rest, so a demoted flow keeps a share while the top takes everything else; every
-    ceiling is the link rate. Floor 0 (pure strict priority) and a single queue keep a token rate
-    of a thousandth of the link. A floor needs the rate (OVS takes absolute rates)."""
+
+def queue_configs(levels: int, rate_mbps: float | None, floor: float = DEFAULT_FLOOR) -> list[QueueConfig]:
+    """HTB queues for one egress port of `rate_mbps` (None: unknown, no ceiling given): the `levels`
+    level queues, top served first, then the control queue (`control_queue`), served before them.
+
+    Every queue below the top gets `floor` x the link rate as its guaranteed (HTB) rate, the control
+    queue CONTROL_SHARE of it (at most half of what the floors leave) and the top queue the rest, so a
+    demoted flow keeps a share while the top takes everything else; every ceiling is the link rate.
+    Floor 0 (pure strict priority) and a single queue keep a token rate of a thousandth of the link
+    for the levels. A floor needs the rate (OVS takes absolute rates)."""
     floor = check_floor(floor, levels)
     max_bps = None if rate_mbps is None else int(rate_mbps * 1e6)
     burst = None if max_bps is None else int(max_bps * HTB_BURST_S)
+    token = max(OVS_MIN_RATE_BPS, (max_bps or 0) // 1000)
     if floor == 0 or levels == 1:
-        min_bps = [max(OVS_MIN_RATE_BPS, (max_bps or 0) // 1000)] * levels
+        min_bps = [token] * levels
+        control = token if max_bps is None else max(token, round(CONTROL_SHARE * max_bps))
     elif max_bps is None:
         raise UserError(f"floor = {floor!r} needs the port rate: a floor is a share of the link rate and "
                         "OVS takes absolute rates; give the rate or floor = 0")
     else:
         lower = max(OVS_MIN_RATE_BPS, round(floor * max_bps))
-        min_bps = [lower] * (levels - 1) + [max(OVS_MIN_RATE_BPS, max_bps - (levels - 1) * lower)]
-    return [QueueConfig(q, levels - 1 - q, min_bps[q], max_bps, burst) for q in range(levels)]
+        rest = max_bps - (levels - 1) * lower
+        control = max(OVS_MIN_RATE_BPS, min(round(CONTROL_SHARE * max_bps), rest // 2))
+        min_bps = [lower] * (levels - 1) + [max(OVS_MIN_RATE_BPS, rest - control)]
+    return [QueueConfig(q, levels - q, min_bps[q], max_bps, burst) for q in range(levels)] + \
+        [QueueConfig(control_queue(levels), 0, control, max_bps, burst)]
 
 
 def dscp_levels(level_map: LevelMap) -> tuple[int, ...]:
@@ -159,15 +185,24 @@ def htb_root_burst(dev: str, rate: str, burst_bytes: int, mpu: int = 60) -> list
 
 
 def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:
-    """`tc` argv lists that classify IPv4 and IPv6 packets on `dev` into the HTB class
-    of their DSCP (for datapaths that ignore OpenFlow set_queue). DSCP values not
-    listed fall into HTB's default class, OVS queue 0. The first argv removes every
-    filter under the HTB root (a flush: no protocol or prio given), then IPv4 filters
-    take prio 1..K (argv 1..K, level order) and IPv6 ones (the traffic class byte)
-    prio K+1..2K."""
-    cmds = [["tc", "filter", "del", "dev", dev, "parent", "1:"]]
+    """`tc` argv lists that classify IPv4 and IPv6 packets on `dev` into the HTB class of their
+    queue (for datapaths that ignore OpenFlow set_queue). The first argv removes every filter under
+    the HTB root (a flush: no protocol or prio given). Then TCP packets shorter than
+    CONTROL_MAX_BYTES go to the control queue (prio 1 IPv4, 2 IPv6: ACKs must not wait behind a
+    level's data), every other packet by its DSCP to its level's queue: IPv4 filters take prio
+    3..K+2 (level order), IPv6 ones (the traffic class byte) prio K+3..2K+2. DSCP values not listed
+    fall into HTB's default class, OVS queue 0."""
+    control = htb_classid(control_queue(level_map.levels))
+    length_mask = f"0x{0xFFFF & ~(CONTROL_MAX_BYTES - 1):04x}"  # "shorter than", CONTROL_MAX_BYTES a power of 2
+    cmds = [["tc", "filter", "del", "dev", dev, "parent", "1:"],
+            ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+             "match", "ip", "protocol", "6", "0xff", "match", "u16", "0x0000", length_mask, "at", "2",
+             "flowid", control],
+            ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ipv6", "prio", "2", "u32",
+             "match", "ip6", "protocol", "6", "0xff", "match", "u16", "0x0000", length_mask, "at", "4",
+             "flowid", control]]
     k = level_map.levels
-    for version, (proto, field), base in ((4, ("ip", "dsfield"), 0), (6, ("ip6", "priority"), k)):
+    for version, (proto, field), base in ((4, ("ip", "dsfield"), 2), (6, ("ip6", "priority"), k + 2)):
         for i, (d, q) in enumerate(zip(level_map.dscp, level_map.queue)):
             ethertype = "ip" if version == 4 else "ipv6"
             cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", ethertype,

@@ -9,7 +9,9 @@ what is rendered here is what the testbed does.
   Queue tables), a small `min-rate` and `max-rate` = the port rate; without a rate the
   ceiling is left to OVS (link rate of a physical port). With a floor F (needs the rate),
   every queue below the top gets `min-rate` = F x the port rate and the top one the rest
-  (leveller.core.qos.queue_configs, as the testbed builds them).
+  (leveller.core.qos.queue_configs, as the testbed builds them). One more queue, after the
+  levels and served before them (HTB priority 0), takes TCP's control packets (ACKs) so they
+  never wait behind a level's data; only the tc classifiers fill it.
 - DSCP -> queue, `queue_mode` "set_queue": the app's table-0 flows
   (`ip_dscp=D actions=set_queue:Q,goto_table:1`, ovs-fields(7), ovs-actions(7));
   `leveller sdn --queue-mode set_queue` installs exactly these when a switch connects.
@@ -24,9 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leveller.core.qos import (
+    CONTROL_MAX_BYTES,
     LevelMap,
     QueueConfig,
     check_floor,
+    control_queue,
     dscp_levels,
     htb_classid,
     htb_root_burst,
@@ -132,6 +136,12 @@ def script(level_map: LevelMap, ports: tuple[str, ...], rate_mbps: float | None,
         lines.append(f"#   level {level}{tag}: DSCP {level_map.dscp[level]} -> queue {q} "
                      f"-> HTB class {htb_classid(q)}, priority {queues[q].htb_priority}"
                      + (f", min-rate {queues[q].min_rate_bps} bit/s" if floored else ""))
+    ctl = control_queue(k)
+    lines.append(f"#   TCP's control packets (ACKs; TCP shorter than {CONTROL_MAX_BYTES} bytes): queue {ctl} -> HTB "
+                 f"class {htb_classid(ctl)}, priority {queues[ctl].htb_priority}, min-rate "
+                 f"{queues[ctl].min_rate_bps} bit/s"
+                 + (" (only the tc classifiers fill it: set_queue cannot match a length)"
+                    if queue_mode == "set_queue" else ""))
     unused = sum(1 for d, lv in enumerate(dscp_levels(level_map)) if lv == 0) - 1
     lines += [f"# the {unused} other DSCP values (unmarked traffic included) -> queue {level_map.queue[0]}, the lowest",
               "# run as root on the switch; ovs-vsctl uses the local database (set OVS_RUNDIR or add --db=...)",

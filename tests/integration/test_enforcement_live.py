@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from leveller.core.qos import default_level_map, tc_dscp_filters
+from leveller.core.qos import default_level_map, htb_classid, tc_dscp_filters
 from leveller.experiments.demo.scenario import plan
 from leveller.experiments.shared.cluster import DemoCluster
 from leveller.experiments.shared.policy_run import LiveSettings, run_policy
@@ -77,7 +77,8 @@ class Breaker:
         try:
             time.sleep(max(0.0, t0 + BREAK_AT - 1.5 - time.time()))
             self.seen["healthy"] = json.loads(self.status("--json"))["enforcement"]
-            good = tc_dscp_filters(PORT_DEV, default_level_map(LEVELS))[1 + TOP]  # "tc filter add ... prio K"
+            good = next(c for c in tc_dscp_filters(PORT_DEV, default_level_map(LEVELS))  # the top level's IPv4 rule
+                        if "dsfield" in c and c[-1] == htb_classid(TOP))
             prio = good[good.index("prio") + 1]
             wrong = [*good[:-1], "1:1"]  # same match, lowest queue's class
             handle = self.handle(prio)

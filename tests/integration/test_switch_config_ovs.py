@@ -76,7 +76,7 @@ def apply_rendered_tc_config(tb: Testbed, floor: float) -> None:
     applied = switch_netns_run(tb, ["sh", "-c", script])
     assert applied.returncode == 0, applied.stderr
     assert switch_netns_run(tb, ["tc", "filter", "show", "dev", PORT, "parent", "1:"]).stdout.count("flowid") \
-        == 2 * LEVELS.levels  # IPv4 and IPv6 per level
+        == 2 * LEVELS.levels + 2  # IPv4 and IPv6 per level and for TCP's control packets
     assert root_burst(tb) == BOTTLENECK * 1e6 * HTB_BURST_S / 8  # 10 ms of 20 Mbit/s: 25,000 bytes
 
 
@@ -112,10 +112,11 @@ def test_rendered_floor_keeps_the_bottom_flow_at_its_floor(bare_dumbbell):
     tb = bare_dumbbell
     floor = DEFAULT_FLOOR
     apply_rendered_tc_config(tb, floor)
-    # HTB rates: 5% of 20 Mbit/s = 1 Mbit/s for queues 0..2, the top queue 20 - 3 = 17 Mbit/s
+    # HTB rates: 5% of 20 Mbit/s = 1 Mbit/s for queues 0..2 and the control queue 4 (TCP's ACKs), the top
+    # queue 20 - 3 - 1 = 16 Mbit/s
     classes = switch_netns_run(tb, ["tc", "class", "show", "dev", PORT]).stdout
-    rates = dict(re.findall(r"class htb (1:[1-4]) parent 1:fffe .*?rate (\S+) ceil 20Mbit", classes))
-    assert rates == {"1:1": "1Mbit", "1:2": "1Mbit", "1:3": "1Mbit", "1:4": "17Mbit"}, classes
+    rates = dict(re.findall(r"class htb (1:[1-5]) parent 1:fffe .*?rate (\S+) ceil 20Mbit", classes))
+    assert rates == {"1:1": "1Mbit", "1:2": "1Mbit", "1:3": "1Mbit", "1:4": "16Mbit", "1:5": "1Mbit"}, classes
     share = floor * BOTTLENECK  # 1 Mbit/s
     for top_first in (True, False):
         a, b = run_pair(tb, TOP, BOTTOM) if top_first else run_pair(tb, BOTTOM, TOP)

@@ -94,12 +94,13 @@ def test_up_builds_queues_and_down_removes_everything(names):
                                timeout=30)
         assert reply.stdout.strip() == "HI", reply.stderr
         server.wait(timeout=10)
-    # 4 strict-priority HTB classes on the bottleneck port, highest queue served first, 50 Mbit/s ceiling
+    # 4 strict-priority HTB classes on the bottleneck port, highest queue served first, and above them the
+    # control queue (TCP's ACKs, class 1:5, served before every level); 50 Mbit/s ceiling
     tc = subprocess.run(["ip", "netns", "exec", f"lvtb-{name}-sw", "tc", "class", "show", "dev", "s1-p1"],
                         capture_output=True, text=True, check=True).stdout
     classes = {line.split()[2]: line for line in tc.splitlines() if "parent 1:fffe" in line}
-    assert set(classes) == {"1:1", "1:2", "1:3", "1:4"}
-    assert "prio 0" in classes["1:4"] and "prio 3" in classes["1:1"]
+    assert set(classes) == {"1:1", "1:2", "1:3", "1:4", "1:5"}
+    assert "prio 0" in classes["1:5"] and "prio 1" in classes["1:4"] and "prio 4" in classes["1:1"]
     assert all("ceil 50Mbit" in line for line in classes.values())
     # a second `up` with the same topology reuses it (`--sdn`, the old opt-in, is still accepted);
     # with another topology it refuses
@@ -177,3 +178,26 @@ def test_bad_topology_files_are_rejected_before_anything_is_created(names, tmp_p
                           "--run-dir", str(run_dir)], capture_output=True, text=True)
     assert res.returncode == 2 and needle in res.stderr
     assert_gone(name, run_dir)
+
+
+BIDIR_S = 15
+FIG9 = Path(__file__).resolve().parents[2] / "examples" / "topologies" / "dumbbell-fig9.toml"
+
+
+def test_the_bottleneck_carries_its_rate_both_ways_at_once(names):
+    """Two bulk TCP flows in opposite directions over Figure 9's 25 Mbit/s bottleneck (iperf3 --bidir): each
+    direction's ACKs share the link with the other's data. Behind 100 data packets (48 ms) in one FIFO they
+    came in bunches and the two directions got 22.3 / 18.7 and 20.9 / 19.6 Mbit/s; with the control queue
+    about 23.5 each, the payload's share of the rate (1448 of 1514 bytes: 23.9)."""
+    name, run_dir = names
+    subprocess.run([*LEVELLER, "testbed", "up", "--topology", str(FIG9), "--name", name, "--run-dir",
+                    str(run_dir), "--json"], capture_output=True, text=True, check=True)
+    tb = Testbed(name, run_dir)
+    with subprocess.Popen(tb.exec_argv("h4", ["iperf3", "-s", "-1", "-p", "5301"]), stdout=subprocess.DEVNULL):
+        wait_listening(tb, "h4", 5301)
+        out = subprocess.run(tb.exec_argv("h1", ["iperf3", "-c", "10.0.0.4", "-p", "5301", "--bidir", "-t",
+                                                 str(BIDIR_S), "-J"]),
+                             capture_output=True, text=True, timeout=BIDIR_S + 30, check=True).stdout
+    end = json.loads(out)["end"]
+    mbps = [end[k]["bits_per_second"] / 1e6 for k in ("sum_received", "sum_received_bidir_reverse")]
+    assert min(mbps) >= 0.88 * 25, mbps  # 22 Mbit/s each way

@@ -39,13 +39,18 @@ def test_tc_filters_for_two_levels() -> None:
     lm = LevelMap(dscp=(0, 46), queue=(0, 1))
     assert tc_dscp_filters("s1-p1", lm) == [
         ["tc", "filter", "del", "dev", "s1-p1", "parent", "1:"],  # a flush (the kernel refuses one naming a protocol)
+        # TCP shorter than 128 bytes (IPv4 total length at offset 2, IPv6 payload length at 4): the control queue 2
         ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+         "protocol", "6", "0xff", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:3"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "2", "u32", "match", "ip6",
+         "protocol", "6", "0xff", "match", "u16", "0x0000", "0xff80", "at", "4", "flowid", "1:3"],
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "3", "u32", "match", "ip",
          "dsfield", "0x00", "0xfc", "flowid", "1:1"],
-        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "2", "u32", "match", "ip",
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ip", "prio", "4", "u32", "match", "ip",
          "dsfield", "0xb8", "0xfc", "flowid", "1:2"],
-        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "3", "u32", "match",
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "5", "u32", "match",
          "ip6", "priority", "0x00", "0xfc", "flowid", "1:1"],
-        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "4", "u32", "match",
+        ["tc", "filter", "add", "dev", "s1-p1", "parent", "1:", "protocol", "ipv6", "prio", "6", "u32", "match",
          "ip6", "priority", "0xb8", "0xfc", "flowid", "1:2"],
     ]
 
@@ -57,12 +62,20 @@ def test_htb_class_of_a_queue_is_hex() -> None:
 def test_queue_configs_priorities_and_rates() -> None:
     # burst: 10 ms of the ceiling (100 Mbit/s -> 1,000,000 bits); no rate, no burst (the switch's default);
     # floor 0 (pure strict priority): every queue a token guaranteed rate, a thousandth of the link
-    assert queue_configs(3, 100.0, floor=0.0) == [QueueConfig(0, 2, 100_000, 100_000_000, 1_000_000),
-                                       QueueConfig(1, 1, 100_000, 100_000_000, 1_000_000),
-                                       QueueConfig(2, 0, 100_000, 100_000_000, 1_000_000)]
-    assert queue_configs(2, 1.0, floor=0.0) == [QueueConfig(0, 1, 12_000, 1_000_000, 10_000),
-                                     QueueConfig(1, 0, 12_000, 1_000_000, 10_000)]
-    assert queue_configs(1, None) == [QueueConfig(0, 0, 12_000, None, None)]
+    # the control queue (after the levels) is served first (HTB priority 0) and guaranteed 5 % of the link
+    assert queue_configs(3, 100.0, floor=0.0) == [QueueConfig(0, 3, 100_000, 100_000_000, 1_000_000),
+                                       QueueConfig(1, 2, 100_000, 100_000_000, 1_000_000),
+                                       QueueConfig(2, 1, 100_000, 100_000_000, 1_000_000),
+                                       QueueConfig(3, 0, 5_000_000, 100_000_000, 1_000_000)]
+    assert queue_configs(2, 1.0, floor=0.0) == [QueueConfig(0, 2, 12_000, 1_000_000, 10_000),
+                                     QueueConfig(1, 1, 12_000, 1_000_000, 10_000),
+                                     QueueConfig(2, 0, 50_000, 1_000_000, 10_000)]
+    # with a floor the control queue's 5 % comes out of the top's share: 100 - 2 x 10 - 5 = 75 Mbit/s
+    assert [q.min_rate_bps for q in queue_configs(3, 100.0, floor=0.1)] == [10_000_000, 10_000_000, 75_000_000,
+                                                                            5_000_000]
+    # the floors leave 4 Mbit/s: the control queue takes at most half of it
+    assert [q.min_rate_bps for q in queue_configs(2, 100.0, floor=0.96)] == [96_000_000, 2_000_000, 2_000_000]
+    assert queue_configs(1, None) == [QueueConfig(0, 1, 12_000, None, None), QueueConfig(1, 0, 12_000, None, None)]
     assert queue_configs(1, 50.5)[0].max_rate_bps == 50_500_000 and queue_configs(1, 50.5)[0].min_rate_bps == 50_500
 
 

@@ -45,15 +45,20 @@ def test_explicit_map_may_use_ef():
 
 
 def test_higher_queue_has_higher_htb_priority():
-    qs = queue_configs(4, 50, floor=0.0)  # the paper's pure strict priority: token guaranteed rates
-    assert [q.htb_priority for q in qs] == [3, 2, 1, 0]
+    *qs, control = queue_configs(4, 50, floor=0.0)  # the paper's pure strict priority: token guaranteed rates
+    assert [q.htb_priority for q in qs] == [4, 3, 2, 1]
     assert all(q.max_rate_bps == 50_000_000 and 0 < q.min_rate_bps < 1_000_000 for q in qs)
+    # the control queue (TCP's ACKs) after the levels, served before all of them, 5 % of 50 Mbit/s guaranteed
+    assert (control.queue, control.htb_priority, control.min_rate_bps) == (4, 0, 2_500_000)
 
 
 def test_tc_filters_map_each_dscp_to_its_htb_class():
     cmds = tc_dscp_filters("s1-p1", default_level_map(4))
     assert cmds[0][:3] == ["tc", "filter", "del"]
-    for field, adds in (("dsfield", cmds[1:5]), ("priority", cmds[5:])):  # IPv4 TOS, IPv6 traffic class
+    # the control filters first: TCP shorter than 128 bytes -> queue 4 (class 1:5), IPv4 then IPv6
+    control = [(c[c.index("protocol") + 1], c[c.index("flowid") + 1]) for c in cmds[1:3]]
+    assert control == [("ip", "1:5"), ("ipv6", "1:5")]
+    for field, adds in (("dsfield", cmds[3:7]), ("priority", cmds[7:])):  # IPv4 TOS, IPv6 traffic class
         # DSCP 24 (level 3) -> TOS 0x60 -> queue 3 -> class 1:4
         assert {(c[c.index(field) + 1], c[c.index("flowid") + 1]) for c in adds} == \
             {("0x00", "1:1"), ("0x20", "1:2"), ("0x40", "1:3"), ("0x60", "1:4")}
@@ -76,7 +81,7 @@ def test_a_single_level_map_is_valid() -> None:
 
 def test_queue_min_rate_is_a_whole_thousandth_of_the_port_rate() -> None:
     """12.0015 Mb/s: the guaranteed rate is 12,001 b/s (integer bits, never 12,001.5), at least 12,000."""
-    [q] = queue_configs(1, 12.0015)
+    q, _control = queue_configs(1, 12.0015)
     assert q.min_rate_bps == 12_001 and isinstance(q.min_rate_bps, int)
     assert q.max_rate_bps == 12_001_500
-    assert [c.min_rate_bps for c in queue_configs(2, None, floor=0.0)] == [12_000, 12_000]
+    assert [c.min_rate_bps for c in queue_configs(2, None, floor=0.0)] == [12_000, 12_000, 12_000]

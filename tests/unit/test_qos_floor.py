@@ -34,31 +34,37 @@ def test_default_floor_is_five_percent() -> None:
 
 
 def test_lower_queues_get_the_floor_and_the_top_the_rest() -> None:
-    # 50 Mbit/s, K = 4, floor 5%: queues 0..2 get 2.5 Mbit/s each, the top 50 - 7.5 = 42.5 Mbit/s; every
-    # ceiling the link, burst 10 ms of it (500,000 bits), HTB priority 3..0 (the top served first)
-    assert queue_configs(4, 50, 0.05) == [QueueConfig(0, 3, 2_500_000, 50_000_000, 500_000),
-                                          QueueConfig(1, 2, 2_500_000, 50_000_000, 500_000),
-                                          QueueConfig(2, 1, 2_500_000, 50_000_000, 500_000),
-                                          QueueConfig(3, 0, 42_500_000, 50_000_000, 500_000)]
+    # 50 Mbit/s, K = 4, floor 5%: queues 0..2 get 2.5 Mbit/s each, the control queue 4 (TCP's ACKs) 5% too
+    # and the top 50 - 7.5 - 2.5 = 40 Mbit/s; every ceiling the link, burst 10 ms of it (500,000 bits), HTB
+    # priority 4..1 for the levels (the top served first of them) and 0 for the control queue
+    assert queue_configs(4, 50, 0.05) == [QueueConfig(0, 4, 2_500_000, 50_000_000, 500_000),
+                                          QueueConfig(1, 3, 2_500_000, 50_000_000, 500_000),
+                                          QueueConfig(2, 2, 2_500_000, 50_000_000, 500_000),
+                                          QueueConfig(3, 1, 40_000_000, 50_000_000, 500_000),
+                                          QueueConfig(4, 0, 2_500_000, 50_000_000, 500_000)]
     assert queue_configs(4, 50) == queue_configs(4, 50, DEFAULT_FLOOR)
-    # 1 Gbit/s, K = 2, floor 0.3: 300 and 700 Mbit/s
-    assert [q.min_rate_bps for q in queue_configs(2, 1000, 0.3)] == [300_000_000, 700_000_000]
+    # 1 Gbit/s, K = 2, floor 0.3: 300, 650 and the control queue's 50 Mbit/s
+    assert [q.min_rate_bps for q in queue_configs(2, 1000, 0.3)] == [300_000_000, 650_000_000, 50_000_000]
 
 
 def test_floor_zero_is_todays_pure_strict_priority() -> None:
     # a token guaranteed rate, a thousandth of the link (50 kbit/s), never below OVS's 12 kbit/s
-    assert [q.min_rate_bps for q in queue_configs(4, 50, 0.0)] == [50_000] * 4
-    assert [q.min_rate_bps for q in queue_configs(3, None, 0.0)] == [12_000] * 3
+    # (the control queue keeps its 5 % of a known rate)
+    assert [q.min_rate_bps for q in queue_configs(4, 50, 0.0)] == [50_000] * 4 + [2_500_000]
+    assert [q.min_rate_bps for q in queue_configs(3, None, 0.0)] == [12_000] * 4
 
 
 def test_one_queue_has_nothing_below_it() -> None:
-    assert queue_configs(1, 50, 0.05) == queue_configs(1, 50, 0.0) == [QueueConfig(0, 0, 50_000, 50_000_000, 500_000)]
-    assert queue_configs(1, None, 0.05) == [QueueConfig(0, 0, 12_000, None, None)]
+    assert queue_configs(1, 50, 0.05) == queue_configs(1, 50, 0.0) == [
+        QueueConfig(0, 1, 50_000, 50_000_000, 500_000), QueueConfig(1, 0, 2_500_000, 50_000_000, 500_000)]
+    assert queue_configs(1, None, 0.05) == [QueueConfig(0, 1, 12_000, None, None),
+                                            QueueConfig(1, 0, 12_000, None, None)]
 
 
 def test_a_tiny_floor_is_raised_to_what_ovs_takes() -> None:
     # 1% of 1 Mbit/s is 10 kbit/s; OVS raises any min-rate below 12 kbit/s, so the config says 12 kbit/s
-    assert [q.min_rate_bps for q in queue_configs(2, 1, 0.01)] == [12_000, 988_000]
+    # (the control queue: 5% of 1 Mbit/s, 50 kbit/s, out of the top's share)
+    assert [q.min_rate_bps for q in queue_configs(2, 1, 0.01)] == [12_000, 938_000, 50_000]
 
 
 @pytest.mark.parametrize("floor, levels", [
@@ -136,12 +142,14 @@ def test_ovs_floor_is_the_lower_queues_min_rate(capsys) -> None:
     data = json.loads(out)
     assert code == 0 and data["floor"] == 0.05
     [vsctl] = [" ".join(c["argv"]) for c in data["commands"] if c["argv"][0] == "ovs-vsctl"]
-    # queues 0..2: 5% of 50 Mbit/s = 2.5 Mbit/s; queue 3 (the top, HTB priority 0): 42.5 Mbit/s
+    # queues 0..2: 5% of 50 Mbit/s = 2.5 Mbit/s; queue 3 (the top level, HTB priority 1): 40 Mbit/s; queue 4
+    # (TCP's control packets, HTB priority 0, served first): 2.5 Mbit/s
     rows = re.findall(r"--id=@qos0_(\d) create Queue other-config:min-rate=(\d+) other-config:max-rate=(\d+) "
                       r"other-config:burst=\d+ other-config:priority=(\d)", vsctl)
-    assert rows == [("0", "2500000", "50000000", "3"), ("1", "2500000", "50000000", "2"),
-                    ("2", "2500000", "50000000", "1"), ("3", "42500000", "50000000", "0")]
-    assert "--floor 0.05" in data["text"].splitlines()[2] and "min-rate 42500000 bit/s" in data["text"]
+    assert rows == [("0", "2500000", "50000000", "4"), ("1", "2500000", "50000000", "3"),
+                    ("2", "2500000", "50000000", "2"), ("3", "40000000", "50000000", "1"),
+                    ("4", "2500000", "50000000", "0")]
+    assert "--floor 0.05" in data["text"].splitlines()[2] and "min-rate 40000000 bit/s" in data["text"]
 
 
 def test_ovs_floor_needs_the_rate(capsys) -> None:

@@ -104,12 +104,14 @@ def test_installs_one_rule_per_level_on_a_port_that_lost_them(tc: FakeTc) -> Non
     tc.port("p1", htb=True, filters=1)  # e.g. OVS rebuilt the qdisc and one stale filter is left
     assert tcmap.ensure_filters("p1", LM) == tcmap.INSTALLED
     st = tc.state()
-    assert st["devs"]["p1"]["filters"] == [[str(p), f"1:{(p - 1) % 4 + 1}"] for p in range(1, 9)]  # IPv4, IPv6
-    assert st["calls"][-9][:2] == ["filter", "del"]  # old ones removed first: no duplicate rules
+    # TCP's control packets to the control queue 4 (class 1:5), IPv4 and IPv6; then one rule per level, IPv4, IPv6
+    assert st["devs"]["p1"]["filters"] == [["1", "1:5"], ["2", "1:5"]] + \
+        [[str(p), f"1:{(p - 3) % 4 + 1}"] for p in range(3, 11)]
+    assert st["calls"][-11][:2] == ["filter", "del"]  # old ones removed first: no duplicate rules
 
 
 def test_leaves_a_port_alone_when_it_is_fine_or_has_no_htb_yet(tc: FakeTc) -> None:
-    tc.port("ok", htb=True, filters=8)
+    tc.port("ok", htb=True, filters=10)
     tc.port("bare", htb=False)
     assert tcmap.ensure_filters("ok", LM) == tcmap.KEPT
     assert tcmap.ensure_filters("bare", LM) == tcmap.NO_QDISC  # not prioritising yet: the app's health says so
@@ -166,10 +168,10 @@ def test_leaves_the_root_alone_when_there_is_nothing_to_widen() -> None:
 
 
 def test_ensure_filters_widens_the_root_burst_of_a_port_ovs_rebuilt(tc: FakeTc) -> None:
-    tc.port("p1", htb=True, filters=8, classes=OVS_ROOT + QUEUES)
+    tc.port("p1", htb=True, filters=10, classes=OVS_ROOT + QUEUES)
     assert tcmap.ensure_filters("p1", LM) == tcmap.KEPT
     changed = tc.state()["devs"]["p1"]["changed"]
     assert changed[changed.index("burst") + 1] == "62500" and changed[changed.index("cburst") + 1] == "62500"
-    tc.port("p2", htb=True, filters=8, classes=OVS_ROOT.replace("1500b", "61Kb") + QUEUES)
+    tc.port("p2", htb=True, filters=10, classes=OVS_ROOT.replace("1500b", "61Kb") + QUEUES)
     assert tcmap.ensure_filters("p2", LM) == tcmap.KEPT
     assert "changed" not in tc.state()["devs"]["p2"]

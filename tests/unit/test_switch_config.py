@@ -160,7 +160,7 @@ def test_ovs_uses_the_testbeds_own_commands(floor):
     # of 50 Mbit/s (62,500 bytes; OVS leaves one MTU there)
     assert tc == [*tc_dscp_filters("s1-p1", m), htb_root_burst("s1-p1", "50000000bit", 62_500),
                   *tc_dscp_filters("s1-p2", m), htb_root_burst("s1-p2", "50000000bit", 62_500)]
-    assert [c.check for c in cmds if c.argv[0] == "tc"] == ([False] + [True] * 9) * 2
+    assert [c.check for c in cmds if c.argv[0] == "tc"] == ([False] + [True] * 11) * 2
     assert "other-config:burst=500000" in " ".join(vsctl[0])  # the queues' burst, in bits
 
 
@@ -172,7 +172,8 @@ def test_ovs_leaves_bursts_to_the_switch_without_a_rate():
 def test_ovs_queue_rows_give_higher_levels_smaller_htb_priority():
     args = ovs.port_qos_args("eth1", queue_configs(3, 100), "qos0")
     prio = dict(re.findall(r"--id=@qos0_(\d) create Queue .*?other-config:priority=(\d)", " ".join(args)))
-    assert prio == {"0": "2", "1": "1", "2": "0"}  # ovs-vswitchd.conf.db(5): smaller priority served first
+    # ovs-vswitchd.conf.db(5): smaller priority served first; queue 3 is TCP's control packets, before every level
+    assert prio == {"0": "3", "1": "2", "2": "1", "3": "0"}
     assert "other-config:max-rate=100000000" in args
     unlimited = ovs.port_qos_args("eth1", queue_configs(3, None, floor=0.0), "q")
     assert not any("max-rate" in a for a in unlimited)
