@@ -99,6 +99,86 @@ def test_incremental_refill_is_the_numpy_refill_after_every_event(case) -> None:
         assert compiled.filled == oracle.filled  # the same parts filled again
 
 
+@st.composite
+def wide_histories(draw):  # type: ignore[no-untyped-def]
+    """Larger networks than :func:`histories`, eight levels, no floor (the per-level fill of a part,
+    ``fluid_kernel.part_levels``): many rounds per level, parts of many flows; capacities on a grid
+    (equal shares on many links at once), random, or mostly zero. Not -0.0 (numpy's ``fmin.reduce`` may
+    return -0.0 or 0.0 for a tie of the two, the compiled fill the first one) nor infinite (the numpy fill
+    can loop for ever on the NaN residuals it leaves): see the test below for those."""
+    n_links = draw(st.integers(1, 40))
+    kind = draw(st.sampled_from(["grid", "random", "odd"]))
+    if kind == "grid":
+        values = st.sampled_from([0.0, 1.0, 2.0, 3.0, 6.0, 12.0])
+    elif kind == "random":
+        values = st.floats(0.0, 100.0)
+    else:
+        values = st.sampled_from([0.0, 0.0, 0.0, 1.0, 5.0])
+    cap = np.array(draw(st.lists(values, min_size=n_links, max_size=n_links)))
+    n = draw(st.integers(1, 60))
+    paths = [draw(st.lists(st.integers(0, n_links - 1), max_size=6)) for _ in range(n)]
+    inc = Incidence.from_paths(paths, n_links)
+    level = np.array(draw(st.lists(st.integers(0, 7), min_size=n, max_size=n)), dtype=np.int64)
+    active = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        level, active = level.copy(), active.copy()
+        for f in draw(st.lists(st.integers(0, n - 1), max_size=6)):
+            if draw(st.booleans()):
+                active[f] = not active[f]
+            else:
+                level[f] = draw(st.integers(0, 7))
+        steps.append((level, active))
+    return inc, cap, steps
+
+
+@settings(max_examples=400)
+@given(wide_histories())
+def test_per_level_refill_of_large_parts_is_the_numpy_refill(case) -> None:  # type: ignore[no-untyped-def]
+    inc, cap, steps = case
+    fluid.set_backend("numba")
+    compiled = Refill(inc, cap)
+    fluid.set_backend("numpy")
+    try:
+        oracle = Refill(inc, cap)
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    for level, active in steps:
+        want = oracle(level, active).copy()
+        got = compiled(level, active)
+        assert bits(got) == bits(want)
+
+
+def test_per_level_fill_leaves_odd_capacities_to_the_general_fill() -> None:
+    # an infinite, a negative and a -0.0 capacity: part_levels declines (refill then runs rates_of)
+    inc = Incidence.from_paths([[0, 1], [1, 2], [2]], 3)
+    fluid.set_backend("numba")
+    try:
+        refill = Refill(inc, np.ones(3))
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    inside = np.ones(3, dtype=bool)
+    level = np.array([2, 1, 0], dtype=np.int64)
+    for odd in (np.inf, -1.0, -0.0):
+        cap = np.array([1.0, odd, 3.0])
+        rates = np.full(3, -1.0)
+        assert not numba_kernel.part_levels(refill.flow_ptr, refill.e_link, refill.link_ptr, refill.link_flow,
+                                            cap, level, inside, rates)
+        assert (rates == -1.0).all()  # nothing written
+    assert numba_kernel.part_levels(refill.flow_ptr, refill.e_link, refill.link_ptr, refill.link_flow,
+                                    np.array([1.0, 2.0, 3.0]), level, inside, rates)
+    assert rates.tolist() == [1.0, 1.0, 2.0]
+    cap = np.array([1.0, -1.0, 3.0])  # refill's fallback to rates_of, against the numpy oracle
+    fluid.set_backend("numba")
+    compiled = Refill(inc, cap)
+    fluid.set_backend("numpy")
+    try:
+        oracle = Refill(inc, cap)
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    assert bits(compiled(level, inside)) == bits(oracle(level, inside))
+
+
 def test_part_search_finds_the_connected_flows() -> None:
     # flows 0-1 share link 0, 1-2 share link 1 (a chain), 3 alone on link 2, 4 inactive on links 1 and 2
     inc = Incidence.from_paths([[0], [0, 1], [1], [2], [1, 2]], 3)

@@ -209,6 +209,117 @@ def part(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_fl
 
 
 @njit(cache=True)
+def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_flow: np.ndarray,
+                capacity: np.ndarray, level: np.ndarray, inside: np.ndarray,
+                rates: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """``rates_of`` without a floor for the flows ``inside`` (a part: each crosses a link), level by level
+    from the highest, each level's rounds of ``fill`` on its own links only; False (nothing written)
+    when a link of the part has a capacity that is not finite, negative or -0.0 (then ``rates_of`` must
+    run).
+
+    The same rounds and the same arithmetic as ``fill``: a round's minimum share m is taken over the
+    level's links with flows, in ascending link order, of residual / count (kept per link and computed
+    again, with the same operands, whenever its residual or count changes); x = max(m, 0); the
+    bottlenecks are the links whose share is at most x * (1 + TIE) + 1e-300; the level's flows on them
+    freeze at x (found from the links' flow lists instead of a scan of every pair); each link those flows
+    cross gets residual - gone * x clamped at 0 and count - gone. ``fill`` also visits the links without
+    flows of the level: it skips them in the minimum and the bottleneck test, and their update
+    residual - 0 * x leaves the residual as it was for a finite x, since residuals stay finite and >= 0
+    here. Links outside the part carry none of its flows. Hence the same bits."""
+    n_flows = inside.shape[0]
+    n_links = capacity.shape[0]
+    lo = 0
+    hi = 0
+    first = True
+    for f in range(n_flows):
+        if inside[f]:
+            if first or level[f] < lo:
+                lo = level[f]
+            if first or level[f] > hi:
+                hi = level[f]
+            first = False
+            for p in range(flow_ptr[f], flow_ptr[f + 1]):
+                c = capacity[e_link[p]]
+                if not (c - c == 0.0) or c < 0.0 or (c == 0.0 and np.copysign(1.0, c) < 0.0):
+                    return False  # not finite, negative or -0.0
+    residual = capacity.astype(np.float64)
+    # the part's flows by level, in flow order within a level
+    n_lv = hi - lo + 1
+    start = np.zeros(n_lv + 1, dtype=np.int64)
+    for f in range(n_flows):
+        if inside[f]:
+            start[level[f] - lo + 1] += 1
+    for i in range(n_lv):
+        start[i + 1] += start[i]
+    at = start[:n_lv].copy()
+    by_level = np.empty(start[n_lv], dtype=np.int64)
+    for f in range(n_flows):
+        if inside[f]:
+            i = level[f] - lo
+            by_level[at[i]] = f
+            at[i] += 1
+    counts = np.zeros(n_links, dtype=np.int64)
+    gone = np.zeros(n_links, dtype=np.int64)
+    share = np.empty(n_links)
+    unfrozen = np.zeros(n_flows, dtype=np.bool_)
+    links = np.empty(n_links, dtype=np.int64)
+    touched = np.empty(n_links, dtype=np.int64)
+    for i in range(n_lv - 1, -1, -1):
+        if start[i + 1] == start[i]:
+            continue  # no flow of the part at this level
+        for q in range(start[i], start[i + 1]):
+            f = by_level[q]
+            unfrozen[f] = True
+            for p in range(flow_ptr[f], flow_ptr[f + 1]):
+                counts[e_link[p]] += 1
+        n_l = 0
+        for lk in range(n_links):  # the level's links in ascending order
+            if counts[lk] > 0:
+                links[n_l] = lk
+                n_l += 1
+                share[lk] = residual[lk] / counts[lk]
+        while n_l > 0:
+            m = np.inf
+            for q in range(n_l):
+                s = share[links[q]]
+                if s < m:
+                    m = s
+            x = 0.0 if 0.0 > m else m  # Python's max(m, 0.0)
+            thr = x * _SLACK + 1e-300
+            n_touched = 0
+            for q in range(n_l):
+                lk = links[q]
+                if share[lk] <= thr:
+                    for k in range(link_ptr[lk], link_ptr[lk + 1]):
+                        g = link_flow[k]
+                        if unfrozen[g]:
+                            unfrozen[g] = False
+                            rates[g] = x
+                            for p in range(flow_ptr[g], flow_ptr[g + 1]):
+                                other = e_link[p]
+                                if gone[other] == 0:
+                                    touched[n_touched] = other
+                                    n_touched += 1
+                                gone[other] += 1
+            for r in range(n_touched):
+                lk = touched[r]
+                v = residual[lk] - gone[lk] * x
+                residual[lk] = 0.0 if v < 0.0 else v
+                counts[lk] -= gone[lk]
+                gone[lk] = 0
+                if counts[lk] > 0:
+                    share[lk] = residual[lk] / counts[lk]
+            kept = 0
+            for q in range(n_l):
+                lk = links[q]
+                if counts[lk] > 0:
+                    links[kept] = lk
+                    kept += 1
+            n_l = kept
+    return True
+
+
+@njit(cache=True)
 def refill(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_flow: np.ndarray,
            has_link: np.ndarray, capacity: np.ndarray, floor: float, top: int, old_level: np.ndarray,
            old_active: np.ndarray, level: np.ndarray, active: np.ndarray,
@@ -234,7 +345,7 @@ def refill(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_
         if inside[f]:
             n_part += 1
             n_pairs += flow_ptr[f + 1] - flow_ptr[f]
-    if n_part:
+    if n_part and floor > 0:
         ef = np.empty(n_pairs, dtype=np.int64)
         el = np.empty(n_pairs, dtype=np.int64)
         k = 0
@@ -246,6 +357,21 @@ def refill(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, link_
                     el[k] = e_link[p]
                     k += 1
         rates_of(ef, el, capacity, level, inside, floor, top, rates)
+    elif n_part:
+        for f in range(n_flows):
+            if inside[f]:
+                rates[f] = 0.0
+        if not part_levels(flow_ptr, e_link, link_ptr, link_flow, capacity, level, inside, rates):
+            ef = np.empty(n_pairs, dtype=np.int64)
+            el = np.empty(n_pairs, dtype=np.int64)
+            k = 0
+            for f in range(n_flows):
+                if inside[f]:
+                    for p in range(flow_ptr[f], flow_ptr[f + 1]):
+                        ef[k] = f
+                        el[k] = e_link[p]
+                        k += 1
+            rates_of(ef, el, capacity, level, inside, floor, top, rates)
     for f in range(n_flows):
         old_level[f] = level[f]
         old_active[f] = active[f]
