@@ -109,7 +109,10 @@ def trim_history(history: Sequence[S], now: Number, horizon: Number | None) -> l
 
 
 def _exact(*values: Number) -> bool:
-    return all(isinstance(v, (int, Fraction)) for v in values)
+    for v in values:  # a loop, not all() over a generator: this runs for every R of every ranking
+        if not isinstance(v, (int, Fraction)):
+            return False
+    return True
 
 
 def _ratio(work: Number, elapsed: Number, ideal_time: Number) -> Number:

@@ -97,6 +97,7 @@ class Group:
                 users.setdefault(link, set()).add(f.job)
         self.flows = FlowSet({n: f for n, f in table.items() if any(len(users[lk]) > 1 for lk in f.links)})
         self.quiet_flows = FlowSet({n: f for n, f in table.items() if n not in self.flows})
+        self._set_index: dict[int, np.ndarray] = {}  # id of self.flows / self.quiet_flows -> their flows' indices
         self.last_order: tuple[str, ...] | None = None  # the order the levels in force come from
         self.memo: dict[tuple[str, ...] | None, dict[str, int]] = {}  # order -> levels of self.flows
         self.track = congestion and len(self.jobs) > 1
@@ -192,6 +193,14 @@ class Group:
         self.flush_accounting()
 
     def set_levels(self, levels: dict[str, int]) -> None:
+        names = list(levels)
+        for flows in (self.flows, self.quiet_flows):
+            if names == flows.names:  # levels of one of the group's flow sets, in its order: one array store
+                idx = self._set_index.get(id(flows))
+                if idx is None:
+                    idx = self._set_index[id(flows)] = np.array([self.flow_index[n] for n in names], dtype=np.int64)
+                self.assigned[idx] = np.fromiter(levels.values(), dtype=np.int64, count=len(names))
+                return
         for name, lv in levels.items():
             k = self.flow_index.get(name)
             if k is not None:
@@ -215,12 +224,14 @@ class Group:
             return
         level = self.assigned
         if self.overlap:
+            now = self.t
             for j, sl in self.waiting:
-                if j.comm_on and not j.comm_done and j.wait > 0 \
-                        and effective_level(1, j.comm_at, j.wait, self.t, lowest=0) == 0:
-                    if level is self.assigned:
-                        level = self.assigned.copy()
-                    level[sl] = 0  # inside the slack window the agent demotes every flow of the job
+                if j.comm_on and not j.comm_done:
+                    wait = j._waits[j.stage]  # j.wait, without the property call (this loop runs at most events)
+                    if wait > 0 and effective_level(1, j.comm_at, wait, now, lowest=0) == 0:
+                        if level is self.assigned:
+                            level = self.assigned.copy()
+                        level[sl] = 0  # inside the slack window the agent demotes every flow of the job
         if self.kernel is not None:
             c = self.coupled
             c_rate = self.refill(level[c], self.active[c]) if len(c) else self.solo_rate[c]
