@@ -278,12 +278,12 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
                 links[n_l] = lk
                 n_l += 1
                 share[lk] = residual[lk] / counts[lk]
+        m = np.inf
+        for q in range(n_l):
+            s = share[links[q]]
+            if s < m:
+                m = s
         while n_l > 0:
-            m = np.inf
-            for q in range(n_l):
-                s = share[links[q]]
-                if s < m:
-                    m = s
             x = 0.0 if 0.0 > m else m  # Python's max(m, 0.0)
             thr = x * _SLACK + 1e-300
             n_touched = 0
@@ -310,11 +310,15 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
                 if counts[lk] > 0:
                     share[lk] = residual[lk] / counts[lk]
             kept = 0
+            m = np.inf  # the next round's minimum, over the links kept, in the same ascending order
             for q in range(n_l):
                 lk = links[q]
                 if counts[lk] > 0:
                     links[kept] = lk
                     kept += 1
+                    s = share[lk]
+                    if s < m:
+                        m = s
             n_l = kept
     return True
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_BIG = int(np.iinfo(np.int64).max)  # a plain int, frozen into the compiled code as a constant (calling
-# np.iinfo inside the loop made numba unpickle the iinfo object at every call: ~0.25 ms per prune)
+_BIG = int(np.iinfo(np.int64).max)  # a plain int, frozen into the compiled code as a constant
 
 
 @njit(cache=True)
