@@ -3,7 +3,9 @@ same bits for the fill, the levels with and without the floor, the incremental r
 event and whole simulations. Skipped where numba is not importable (test_sim_network_backend.py
 covers that case)."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,6 +17,25 @@ from leveller.sim.network.fluid import Incidence, Refill
 
 numba_kernel = pytest.importorskip("leveller.sim.network.fluid_kernel", reason="numba is not importable",
                                    exc_type=ImportError)
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[None]:
+    """The water-filling backend `name` inside the block, the environment's choice again after it."""
+    fluid.set_backend(name)
+    try:
+        yield
+    finally:
+        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+
+
+def compiled_and_oracle(*args) -> tuple[Refill, Refill]:  # type: ignore[no-untyped-def]
+    """A Refill built with the compiled kernel and one built with numpy (the oracle), on the same args."""
+    with backend("numba"):
+        compiled = Refill(*args)
+    with backend("numpy"):
+        oracle = Refill(*args)
+    return compiled, oracle
 
 
 def bits(a: np.ndarray) -> bytes:
@@ -84,13 +105,7 @@ def histories(draw):  # type: ignore[no-untyped-def]
 @given(histories())
 def test_incremental_refill_is_the_numpy_refill_after_every_event(case) -> None:  # type: ignore[no-untyped-def]
     inc, cap, floor, top, steps = case
-    fluid.set_backend("numba")
-    compiled = Refill(inc, cap, floor, top)
-    fluid.set_backend("numpy")
-    try:
-        oracle = Refill(inc, cap, floor, top)
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    compiled, oracle = compiled_and_oracle(inc, cap, floor, top)
     assert compiled.kernel is not None and oracle.kernel is None
     for level, active in steps:
         want = oracle(level, active)
@@ -136,13 +151,7 @@ def wide_histories(draw):  # type: ignore[no-untyped-def]
 @given(wide_histories())
 def test_per_level_refill_of_large_parts_is_the_numpy_refill(case) -> None:  # type: ignore[no-untyped-def]
     inc, cap, steps = case
-    fluid.set_backend("numba")
-    compiled = Refill(inc, cap)
-    fluid.set_backend("numpy")
-    try:
-        oracle = Refill(inc, cap)
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    compiled, oracle = compiled_and_oracle(inc, cap)
     for level, active in steps:
         want = oracle(level, active).copy()
         got = compiled(level, active)
@@ -152,11 +161,8 @@ def test_per_level_refill_of_large_parts_is_the_numpy_refill(case) -> None:  # t
 def test_per_level_fill_leaves_odd_capacities_to_the_general_fill() -> None:
     # an infinite, a negative and a -0.0 capacity: part_levels declines (refill then runs rates_of)
     inc = Incidence.from_paths([[0, 1], [1, 2], [2]], 3)
-    fluid.set_backend("numba")
-    try:
+    with backend("numba"):
         refill = Refill(inc, np.ones(3))
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
     inside = np.ones(3, dtype=bool)
     level = np.array([2, 1, 0], dtype=np.int64)
     for odd in (np.inf, -1.0, -0.0):
@@ -169,45 +175,33 @@ def test_per_level_fill_leaves_odd_capacities_to_the_general_fill() -> None:
                                     np.array([1.0, 2.0, 3.0]), level, inside, rates)
     assert rates.tolist() == [1.0, 1.0, 2.0]
     cap = np.array([1.0, -1.0, 3.0])  # refill's fallback to rates_of, against the numpy oracle
-    fluid.set_backend("numba")
-    compiled = Refill(inc, cap)
-    fluid.set_backend("numpy")
-    try:
-        oracle = Refill(inc, cap)
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
+    compiled, oracle = compiled_and_oracle(inc, cap)
     assert bits(compiled(level, inside)) == bits(oracle(level, inside))
 
 
 def test_part_search_finds_the_connected_flows() -> None:
     # flows 0-1 share link 0, 1-2 share link 1 (a chain), 3 alone on link 2, 4 inactive on links 1 and 2
     inc = Incidence.from_paths([[0], [0, 1], [1], [2], [1, 2]], 3)
-    fluid.set_backend("numba")
-    try:
+    with backend("numba"):
         refill = Refill(inc, np.ones(3))
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
     changed = np.array([True, False, False, False, False])
     active = np.array([True, True, True, True, False])
     got = numba_kernel.part(refill.flow_ptr, refill.e_link, refill.link_ptr, refill.link_flow, changed, active)
     assert got.tolist() == [True, True, True, False, False]  # flow 4 is off: it links nothing
 
 
-def run_case(policy: str, backend: str) -> dict:
+def run_case(policy: str, name: str) -> dict:
     """The contended recipe (scattered, one GPU per host per job) with short jobs: thousands of events."""
     from leveller.sim.network.engine import Simulation
     from leveller.sim.network.policies import make_net_policy
     from leveller.sim.network.topology import load_network
     from leveller.sim.network.trace import synthetic
 
-    fluid.set_backend(backend)
-    try:
+    with backend(name):
         net = load_network("fabric:gpus=128,nics_per_host=1,gbps=100,oversub=2")
         jobs, placer = synthetic("contended:jobs=16,seed=1,min_s=30,max_s=90,max_hosts=8", net)
         return Simulation(net, jobs, make_net_policy(policy, 0.0), 4, 200.0, placer=placer,
                           congestion=True).run().summary()
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
 
 
 @pytest.mark.parametrize("policy", ["fair", "leveller", "cassini", "crux"])
