@@ -12,7 +12,9 @@ Layout on the machine, for testbed NAME:
 Every switch egress port gets K strict-priority queues (OVSDB QoS linux-htb), each queue below
 the top with a guaranteed floor of the link (`Testbed.up(floor=...)`, default
 leveller.core.qos.DEFAULT_FLOOR; 0 = the paper's pure strict priority).
-TX checksum offload is disabled on all veth ends (the userspace datapath does
+With the userspace datapath, ovs-vswitchd's one send socket gets room for every packet the ports'
+queues hold (leveller.testbed.sndbuf; with the default it dropped packets beyond about 92 queued in
+all, whatever their priority). TX checksum offload is disabled on all veth ends (the userspace datapath does
 not fill checksums in). `down` removes everything `up` recorded, also after a
 crash, and is safe to run twice.
 """
@@ -31,6 +33,7 @@ from typing import Any
 from leveller.core.qos import DEFAULT_FLOOR, check_floor, queue_configs
 from leveller.core.topology import Topology, topology_from_dict
 from leveller.errors import UserError
+from leveller.testbed import sndbuf
 from leveller.testbed.ovs import OvsInstance, bridge_commands, kernel_datapath_available, pid_alive, run, stop_pid
 from leveller.testbed.state import DEFAULT_BASE, State, check_name, default_run_dir, load_state
 
@@ -188,7 +191,10 @@ class Testbed:
         """Restart OVS daemons that died; OVSDB still holds bridges, ports, QoS, controller."""
         ovs = self.ovs
         ovs.start_db()
+        restarted = not ovs.alive("ovs-vswitchd")
         ovs.start_vswitchd()
+        if restarted:
+            widen_switch_send_buffer(ovs, self.topology, self.state.datapath_type)
 
     def down(self, progress: Progress = _quiet) -> bool:
         """Remove every process, namespace and file `up` made. Returns False if nothing was up."""
@@ -302,6 +308,38 @@ def host_shaper(rate_mbps: float) -> list[str]:
             "burst", str(burst), "latency", "20ms"]
 
 
+# A frame no host stack takes (IEEE local experimental ethertype 0x88b5), sent once to open the
+# userspace switch's send socket so its buffer can be set before any traffic.
+_OPENING_FRAME = "ffffffffffff" + "020000000000" + "88b5" + "00" * 46
+
+
+def widen_switch_send_buffer(ovs: OvsInstance, topo: Topology, datapath_type: str,
+                             timeout: float = 10.0) -> int:
+    """With the userspace datapath, give ovs-vswitchd's one send socket room for every packet the
+    switch ports' queues hold (leveller.testbed.sndbuf: otherwise it drops packets beyond about 92
+    queued in all, whatever their priority). Returns the buffer in bytes (0 for the kernel datapath)."""
+    if datapath_type != "netdev":
+        return 0
+    pid = ovs.pid("ovs-vswitchd")
+    if pid is None:
+        raise RuntimeError("ovs-vswitchd is not running")
+    ports = sum(len(topo.switch_ports(s.name)) for s in topo.switches)
+    need = sndbuf.needed_bytes(ports * (topo.levels + 1) * SWITCH_QUEUE_PACKETS)
+    sw = topo.switches[0]
+    port = topo.switch_ports(sw.name)[0][0]
+    deadline = time.monotonic() + timeout
+    while True:
+        got = sndbuf.widen(pid, need)
+        if got:
+            if min(got) < need:
+                raise RuntimeError(f"ovs-vswitchd's send buffer is {min(got)} bytes after setting {need}")
+            return min(got)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ovs-vswitchd (pid {pid}) opened no send socket within {timeout:g} s")
+        ovs.ofctl(sw.name, "packet-out", f"in_port=controller packet={_OPENING_FRAME} actions=output:{port}")
+        time.sleep(0.1)
+
+
 def _ns_exec(ns: str, *argv: str) -> None:
     run(["ip", "netns", "exec", ns, *argv])
 
@@ -373,6 +411,7 @@ def _build(tb: Testbed, state: State, topo: Topology, progress: Progress, qos: b
                   queue_configs(topo.levels, rate, state.queue_floor) if qos else [])
                  for port, _, rate in topo.switch_ports(s.name)]
         ovs.vsctl(*bridge_commands(s.name, s.dpid, state.datapath_type, state.controller, ports), timeout=60)
+    widen_switch_send_buffer(ovs, topo, state.datapath_type)
     state.phase = "up"
     state.save()
     (tb.run_dir / "topology.json").write_text(json.dumps(topo.to_dict(), indent=1))

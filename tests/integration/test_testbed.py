@@ -201,3 +201,65 @@ def test_the_bottleneck_carries_its_rate_both_ways_at_once(names):
     end = json.loads(out)["end"]
     mbps = [end[k]["bits_per_second"] / 1e6 for k in ("sum_received", "sum_received_bidir_reverse")]
     assert min(mbps) >= 0.88 * 25, mbps  # 22 Mbit/s each way
+
+
+# Receiver: one listener per port, each connection's window clamped before listen (accepted sockets
+# inherit it), reading until the sender closes. Sender: IP_TOS, sends for the given seconds.
+_SINK = """
+import socket, sys, threading
+def serve(port):
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, int(sys.argv[1])); ls.bind(("", port)); ls.listen()
+    c, _ = ls.accept()
+    while c.recv(1 << 16):
+        pass
+ts = [threading.Thread(target=serve, args=(int(p),)) for p in sys.argv[2:]]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+_SOURCE = """
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(sys.argv[3]) << 2)
+buf, end = bytes(1 << 16), time.time() + float(sys.argv[4])
+while time.time() < end:
+    s.sendall(buf)
+s.close()
+"""
+CLAMP_BYTES = 64 * 1024  # the live experiments' window per flow (policy_run.WINDOW_BYTES): 45 full frames
+FLOW_S = 10
+
+
+def _retransmitted(tb: Testbed, host: str) -> int:
+    snmp = subprocess.run(tb.exec_argv(host, ["cat", "/proc/net/snmp"]), capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    head, values = [line.split() for line in snmp if line.startswith("Tcp:")][:2]
+    return int(values[head.index("RetransSegs")])
+
+
+def test_the_switch_queues_more_than_its_default_send_buffer_without_losing_a_packet(names):
+    """Three TCP flows into h4's switch port, each with at most 64 KB in flight: the top level's flow (DSCP 8)
+    holds up to 45 packets in its queue, the two starved ones up to 90 in theirs, so no queue overflows.
+    The userspace switch sends every port's packets through one socket; with the machine's default send
+    buffer (about 92 queued frames in all) it dropped the packets past that, whatever their queue, counted by
+    neither tc nor OVS: here the top flow resent 233 segments. With the buffer sized to the queues it loses
+    none; the starved flows still resend a few on timeouts (strict priority, not loss)."""
+    from leveller.core.topology import topology_from_dict
+    from leveller.experiments.shared.star import topology_dict
+
+    name, run_dir = names
+    tb = Testbed.up(topology_from_dict(topology_dict()), name, run_dir)
+    tb.start_sdn(wait_forwarding=True)
+    ports = ["5401", "5402", "5403"]
+    with subprocess.Popen(tb.exec_argv("h4", [sys.executable, "-c", _SINK, str(CLAMP_BYTES), *ports])) as sink:
+        for p in ports:
+            wait_listening(tb, "h4", int(p))
+        before = {h: _retransmitted(tb, h) for h in ("h1", "h2", "h3")}
+        senders = [subprocess.Popen(tb.exec_argv(h, [sys.executable, "-c", _SOURCE, "10.0.0.4", p, dscp,
+                                                     str(FLOW_S)]))
+                   for h, p, dscp in (("h1", "5401", "8"), ("h2", "5402", "0"), ("h3", "5403", "0"))]
+        for s in senders:
+            assert s.wait(timeout=FLOW_S + 30) == 0
+        sink.wait(timeout=30)
+    resent = {h: _retransmitted(tb, h) - n for h, n in before.items()}
+    assert resent["h1"] <= 5, resent  # the top level's flow: 233 resent before (its packets dropped)
+    assert sum(resent.values()) <= 200, resent  # the starved ones resend on timeouts only: 44 (412 before)
