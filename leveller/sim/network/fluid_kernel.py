@@ -225,7 +225,13 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
     cross gets residual - gone * x clamped at 0 and count - gone. ``fill`` also visits the links without
     flows of the level: it skips them in the minimum and the bottleneck test, and their update
     residual - 0 * x leaves the residual as it was for a finite x, since residuals stay finite and >= 0
-    here. Links outside the part carry none of its flows. Hence the same bits."""
+    here. Links outside the part carry none of its flows. Hence the same bits.
+
+    One pass over the level's links per round: the pass that takes the minimum also lists, in ascending
+    order, the links whose share is at most the threshold of the running minimum then. The running
+    minimum only falls towards m and the threshold max(m, 0) * (1 + TIE) + 1e-300 does not rise as m
+    falls (rounded products and sums are monotone), so every bottleneck of the next round is on that
+    list, and the round tests the list instead of every link."""
     n_flows = inside.shape[0]
     n_links = capacity.shape[0]
     lo = 0
@@ -263,6 +269,7 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
     share = np.empty(n_links)
     unfrozen = np.zeros(n_flows, dtype=np.bool_)
     links = np.empty(n_links, dtype=np.int64)
+    cand = np.empty(n_links, dtype=np.int64)
     touched = np.empty(n_links, dtype=np.int64)
     for i in range(n_lv - 1, -1, -1):
         if start[i + 1] == start[i]:
@@ -273,22 +280,25 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
             for p in range(flow_ptr[f], flow_ptr[f + 1]):
                 counts[e_link[p]] += 1
         n_l = 0
+        m = np.inf
+        n_cand = 0
         for lk in range(n_links):  # the level's links in ascending order
             if counts[lk] > 0:
                 links[n_l] = lk
                 n_l += 1
-                share[lk] = residual[lk] / counts[lk]
-        m = np.inf
-        for q in range(n_l):
-            s = share[links[q]]
-            if s < m:
-                m = s
+                s = residual[lk] / counts[lk]
+                share[lk] = s
+                if s < m:
+                    m = s
+                if s <= (0.0 if 0.0 > m else m) * _SLACK + 1e-300:
+                    cand[n_cand] = lk  # at most the running minimum's threshold: see below
+                    n_cand += 1
         while n_l > 0:
             x = 0.0 if 0.0 > m else m  # Python's max(m, 0.0)
             thr = x * _SLACK + 1e-300
             n_touched = 0
-            for q in range(n_l):
-                lk = links[q]
+            for q in range(n_cand):  # the bottlenecks are the candidates at most thr, in the same order
+                lk = cand[q]
                 if share[lk] <= thr:
                     for k in range(link_ptr[lk], link_ptr[lk + 1]):
                         g = link_flow[k]
@@ -311,6 +321,7 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
                     share[lk] = residual[lk] / counts[lk]
             kept = 0
             m = np.inf  # the next round's minimum, over the links kept, in the same ascending order
+            n_cand = 0
             for q in range(n_l):
                 lk = links[q]
                 if counts[lk] > 0:
@@ -319,6 +330,9 @@ def part_levels(flow_ptr: np.ndarray, e_link: np.ndarray, link_ptr: np.ndarray, 
                     s = share[lk]
                     if s < m:
                         m = s
+                    if s <= (0.0 if 0.0 > m else m) * _SLACK + 1e-300:
+                        cand[n_cand] = lk
+                        n_cand += 1
             n_l = kept
     return True
 
