@@ -75,18 +75,6 @@ def _getfd(pid: int, target: int) -> int:
         os.close(pidfd)
 
 
-def send_buffers(pid: int) -> list[int]:
-    """SO_SNDBUF of each send socket of process ``pid`` (what the kernel reports: twice what was set)."""
-    out = []
-    for inode in send_socket_inodes(Path(f"/proc/{pid}/net/packet").read_text()):
-        target = _fd_of_inode(pid, inode)
-        if target is None:
-            continue
-        with socket.socket(fileno=_getfd(pid, target)) as s:
-            out.append(s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
-    return out
-
-
 def widen(pid: int, nbytes: int) -> list[int]:
     """Give every send socket of ovs-vswitchd ``pid`` at least ``nbytes`` of send buffer; returns the
     buffers as the kernel reports them afterwards ([] when the process has no send socket yet: it

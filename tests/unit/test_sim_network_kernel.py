@@ -42,6 +42,20 @@ def bits(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a).tobytes()
 
 
+
+def draw_steps(draw, level, active, top: int, most_steps: int, most_changes: int):  # type: ignore[no-untyped-def]
+    """Events of a group: each step toggles some flows on or off or moves them to a level in 0..top."""
+    steps = []
+    for _ in range(draw(st.integers(1, most_steps))):
+        level, active = level.copy(), active.copy()
+        for f in draw(st.lists(st.integers(0, len(level) - 1), max_size=most_changes)):
+            if draw(st.booleans()):
+                active[f] = not active[f]
+            else:
+                level[f] = draw(st.integers(0, top))
+        steps.append((level, active))
+    return steps
+
 @st.composite
 def networks(draw, max_links: int = 12, max_flows: int = 16):  # type: ignore[no-untyped-def]
     """Flows over links, capacities on a coarse grid (ties between bottlenecks) or random, some links
@@ -135,16 +149,7 @@ def wide_histories(draw):  # type: ignore[no-untyped-def]
     inc = Incidence.from_paths(paths, n_links)
     level = np.array(draw(st.lists(st.integers(0, 7), min_size=n, max_size=n)), dtype=np.int64)
     active = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
-    steps = []
-    for _ in range(draw(st.integers(1, 8))):
-        level, active = level.copy(), active.copy()
-        for f in draw(st.lists(st.integers(0, n - 1), max_size=6)):
-            if draw(st.booleans()):
-                active[f] = not active[f]
-            else:
-                level[f] = draw(st.integers(0, 7))
-        steps.append((level, active))
-    return inc, cap, steps
+    return inc, cap, draw_steps(draw, level, active, top=7, most_steps=8, most_changes=6)
 
 
 @settings(max_examples=400)
@@ -223,16 +228,8 @@ def near_ties(draw):  # type: ignore[no-untyped-def]
     paths = [draw(st.lists(st.integers(0, n_links - 1), min_size=1, max_size=4)) for _ in range(n)]
     level = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
     active = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
-    steps = []
-    for _ in range(draw(st.integers(1, 6))):
-        level, active = level.copy(), active.copy()
-        for f in draw(st.lists(st.integers(0, n - 1), max_size=5)):
-            if draw(st.booleans()):
-                active[f] = not active[f]
-            else:
-                level[f] = draw(st.integers(0, 3))
-        steps.append((level, active))
-    return Incidence.from_paths(paths, n_links), cap, steps
+    return Incidence.from_paths(paths, n_links), cap, draw_steps(draw, level, active, top=3, most_steps=6,
+                                                                  most_changes=5)
 
 
 @settings(max_examples=400)
