@@ -81,6 +81,23 @@ def test_a_mark_still_held_at_the_last_report_is_past_the_lease() -> None:
     assert doc["policies"]["leveller"]["marks_past_lease"] == ["a"] and not doc["checks"]["no_mark_past_lease"]
 
 
+def test_a_mark_past_the_lease_names_the_agent_the_mark_and_who_still_reports_the_flow() -> None:
+    """What a failed no_mark_past_lease check needs to be diagnosed after the run (the agents' lines are
+    not kept): the first report past the lease that still marks the job's flow, and its owner there."""
+    r = _record()
+    r.agent_lines["h1"] = r.agent_lines["h1"][:2] + [
+        {"t": 105.0, "marks": {"f1": 16}, "jobs": {"a": 3}, "bytes": {"a": {"f1": 20}}},  # within the lease
+        {"t": 106.5, "marks": {"f1": 16, "f9": 8}, "jobs": {"c": 1}, "bytes": {"c": {"f1": 30}}},
+        {"t": 107.0, "marks": {"f1": 16}, "jobs": {}, "bytes": {}}]
+    a = summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))["policies"]["leveller"]["jobs"]["a"]
+    assert a["marks_gone_s"] is None
+    assert a["marks_kept"] == [{"host": "h1", "t_after_end": 2.5, "marks": {"f1": 16}, "reported_for": {"f1": "c"},
+                                "jobs_reported": ["c"]}]
+    r.agent_lines["h1"][2:] = [{"t": 105.0, "marks": {}, "bytes": {}}]  # gone within the lease: nothing to say
+    assert "marks_kept" not in summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))["policies"]["leveller"][
+        "jobs"]["a"]
+
+
 def test_leveller_min_is_compared_with_every_other_policy() -> None:
     base = {"never_ranked": [], "first_level_late": [], "marks_past_lease": [], "jobs_finished": 2}
     assert checks({"leveller": {**base, "min": 0.5}, "fair": {**base, "min": 0.4}})["leveller_min_at_least_others"]

@@ -9,7 +9,8 @@ order at every decision. The ideal time of a job is the one the controller profi
 (at top priority), the smallest over the policy runs, so that every policy's R uses the same one.
 Targets: the first level within the job's profiling (PROFILE_SAMPLES iterations at its ideal time)
 plus 2 tau; every mark gone within the lease; no job never ranked; LEVELLER's min R of finished
-jobs at least every other policy's.
+jobs at least every other policy's. A job whose mark outlived the lease also gets ``marks_kept``: the
+agents that still marked it, the mark, and which job that flow was reported for then.
 """
 
 from __future__ import annotations
@@ -86,6 +87,25 @@ def marks_gone(record: PolicyRecord, labels: set[str], end: float) -> float | No
     return worst
 
 
+def marks_kept(record: PolicyRecord, labels: set[str], end: float, after_s: float) -> list[dict[str, Any]]:
+    """Per agent that still marked one of ``labels`` ``after_s`` seconds after ``end``: its first such
+    report (time after ``end``), the marks it held of them, and which job each of those flows was
+    reported for in that report (``None``: none). What a failed ``no_mark_past_lease`` check needs to
+    tell a mark the agent kept for a gone job from a flow another job still reports."""
+    out = []
+    for host, lines in sorted(record.agent_lines.items()):
+        late = next((line for line in lines if line.get("t", 0) >= end + after_s
+                     and labels & set(line.get("marks") or {})), None)
+        if late is None:
+            continue
+        held = {k: v for k, v in (late.get("marks") or {}).items() if k in labels}
+        owner = {flow: job for job, flows in (late.get("bytes") or {}).items() for flow in flows}
+        out.append({"host": host, "t_after_end": round(float(late["t"]) - end, 3), "marks": held,
+                    "reported_for": {flow: owner.get(flow) for flow in held},
+                    "jobs_reported": sorted(late.get("jobs") or {})})
+    return out
+
+
 def stats(values: Sequence[float]) -> dict[str, float | None]:
     """min, p10 and mean of ``values`` (None each when there are none)."""
     if not values:
@@ -135,6 +155,8 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
             gone = marks_gone(r, flows.get(a.name, set()), end)
             if gone is not None:
                 entry["marks_gone_s"] = round(gone, 3) if np.isfinite(gone) else None
+                if gone > settings.lease_s:
+                    entry["marks_kept"] = marks_kept(r, flows.get(a.name, set()), end, settings.lease_s)
             entry["levels"] = [(round(t - r.t_start, 2), lv) for t, lv in levels]
             entry["controller"] = [(round(t - r.t_start, 2), None if x is None else round(x, 4), place)
                                    for t, x, place in seen.get(a.name, [])]
