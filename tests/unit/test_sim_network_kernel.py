@@ -42,7 +42,6 @@ def bits(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a).tobytes()
 
 
-
 def draw_steps(draw, level, active, top: int, most_steps: int, most_changes: int):  # type: ignore[no-untyped-def]
     """Events of a group: each step toggles some flows on or off or moves them to a level in 0..top."""
     steps = []
@@ -55,6 +54,7 @@ def draw_steps(draw, level, active, top: int, most_steps: int, most_changes: int
                 level[f] = draw(st.integers(0, top))
         steps.append((level, active))
     return steps
+
 
 @st.composite
 def networks(draw, max_links: int = 12, max_flows: int = 16):  # type: ignore[no-untyped-def]

@@ -73,15 +73,20 @@ def controller_series(record: PolicyRecord) -> dict[str, list[tuple[float, float
     return out
 
 
+def _marks_any(line: Mapping[str, Any], labels: set[str]) -> bool:
+    """Whether an agent's report line marks one of the flows ``labels``."""
+    return not labels.isdisjoint(line.get("marks") or {})
+
+
 def marks_gone(record: PolicyRecord, labels: set[str], end: float) -> float | None:
     """Seconds after ``end`` until every agent that marked one of ``labels`` reported none of them
     (None: no agent ever marked them); inf when one still held a mark at its last report."""
     worst: float | None = None
     for lines in record.agent_lines.values():
-        if not any(labels & set(line.get("marks") or {}) for line in lines):
+        if not any(_marks_any(line, labels) for line in lines):
             continue
         after = [line for line in lines if line.get("t", 0) >= end]
-        cleared = next((line["t"] for line in after if not labels & set(line.get("marks") or {})), None)
+        cleared = next((line["t"] for line in after if not _marks_any(line, labels)), None)
         gone = float("inf") if cleared is None else float(cleared) - end
         worst = gone if worst is None else max(worst, gone)
     return worst
@@ -94,8 +99,8 @@ def marks_kept(record: PolicyRecord, labels: set[str], end: float, after_s: floa
     tell a mark the agent kept for a gone job from a flow another job still reports."""
     out = []
     for host, lines in sorted(record.agent_lines.items()):
-        late = next((line for line in lines if line.get("t", 0) >= end + after_s
-                     and labels & set(line.get("marks") or {})), None)
+        late = next((line for line in lines if line.get("t", 0) >= end + after_s and _marks_any(line, labels)),
+                    None)
         if late is None:
             continue
         held = {k: v for k, v in (late.get("marks") or {}).items() if k in labels}
@@ -152,11 +157,12 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
             # its end: its processes gone (they may outlive the last iteration by a second or two under
             # load, their flows rightly marked meanwhile), else its last iteration, or the run's end
             end = r.exits.get(a.name, last if entry["finished"] else r.t_end)
-            gone = marks_gone(r, flows.get(a.name, set()), end)
+            labels = flows.get(a.name, set())
+            gone = marks_gone(r, labels, end)
             if gone is not None:
                 entry["marks_gone_s"] = round(gone, 3) if np.isfinite(gone) else None
                 if gone > settings.lease_s:
-                    entry["marks_kept"] = marks_kept(r, flows.get(a.name, set()), end, settings.lease_s)
+                    entry["marks_kept"] = marks_kept(r, labels, end, settings.lease_s)
             entry["levels"] = [(round(t - r.t_start, 2), lv) for t, lv in levels]
             entry["controller"] = [(round(t - r.t_start, 2), None if x is None else round(x, 4), place)
                                    for t, x, place in seen.get(a.name, [])]
