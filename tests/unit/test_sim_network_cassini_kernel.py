@@ -65,6 +65,37 @@ def test_reference_scores_of_long_circles_keep_numpys_summation_order(bins: int)
         cassini._scores(base, doubled, candidates).tobytes()
 
 
+# terms whose sum depends on the order of the additions: 1 is lost beside 2**53 unless added first to
+# another 1, 2**-60 beside 1; numpy's order is the only one that gives numpy's bits on most draws
+ORDERED = st.sampled_from([0.0, 1.0, 2.0 ** 53, 3.0 * 2.0 ** 52, 2.0 ** -60, 0.1, 1e-3, 7.0])
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 1500).flatmap(lambda n: st.tuples(st.lists(ORDERED, min_size=n, max_size=n),
+                                                         st.lists(ORDERED, min_size=n, max_size=n),
+                                                         st.lists(st.integers(0, n - 1), min_size=1, max_size=6))))
+def test_reference_scores_add_their_terms_in_numpys_order(case) -> None:  # type: ignore[no-untyped-def]
+    """The vector leaf (8 running sums in one vector, their fixed combination), the leaves' tree and the
+    rest of a row one by one, against numpy on terms where a different order gives different bits."""
+    base, curve, candidates = np.array(case[0]) + 1.0, np.array(case[1]), np.array(case[2])
+    doubled = np.concatenate([curve, curve])
+    assert cassini_kernel.scores(base, doubled, candidates).tobytes() == \
+        cassini._scores(base, doubled, candidates).tobytes()
+
+
+def test_the_order_of_the_running_sums_is_visible_to_the_reference_test() -> None:
+    """The terms of the test above tell orders apart: a leaf of 16 terms whose running sums combined
+    left to right give other bits than numpy's ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))."""
+    terms = np.array([2.0 ** 52, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0] * 2)  # base + 0 - 1: exact
+    lanes = terms[:8] + terms[8:]  # 2**53, 1, 1, 1, 0...: numpy adds two of the 1s first
+    left_to_right = 0.0
+    for v in lanes:
+        left_to_right += v
+    reference = cassini._scores(terms + 1.0, np.zeros(32), np.array([0]))[0]
+    assert 1.0 - left_to_right / 16 != reference
+    assert cassini_kernel.scores(terms + 1.0, np.zeros(32), np.array([0]))[0] == reference
+
+
 def test_the_compiled_step_settles_near_ties_as_the_reference_does() -> None:
     """The two hand-made cases of tests/unit/test_core_cassini.py where the rough sums and the reference
     disagree on the order (a rough sum cannot decide them)."""

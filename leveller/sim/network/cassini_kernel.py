@@ -25,11 +25,58 @@ to the numpy search otherwise); compiled code is cached on disk as in ``fluid_ke
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir  # type: ignore[import-untyped]
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
 
 from leveller.core.cassini import EPS, NEAR, SHORT
 
 _BLOCK = 128  # numpy's PW_BLOCKSIZE: the pairwise sum's leaves
+_LANES = 8  # numpy's running sums per leaf: one vector of 8 float64 (two on AVX2, four on SSE2)
+
+
+def _c_array(t: types.Type) -> bool:
+    return isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C" and t.dtype == types.float64
+
+
+@intrinsic
+def _rows(typingctx, base_t, doubled_t, off_t, lo_t, rows_t):  # pragma: no cover - compiled
+    """The first ``8 rows`` terms of a leaf from ``lo``, as numpy's leaf sums them: eight running sums
+    ``r[j]`` started from the first 8 terms, each row of 8 terms added lane by lane, then
+    ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``. The running sums are one vector of 8 lanes
+    (numba's LLVM does not vectorise the eight scalar sums itself): the same float64 additions on the
+    same operands in the same order, so the same bits. ``rows >= 1``; C-contiguous float64 arrays."""
+    if not (_c_array(base_t) and _c_array(doubled_t)):
+        return None
+    sig = types.float64(base_t, doubled_t, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        base, doubled, off, lo, rows = args
+        bptr = context.make_array(signature.args[0])(context, builder, base).data
+        dptr = context.make_array(signature.args[1])(context, builder, doubled).data
+        vec = ir.VectorType(ir.DoubleType(), _LANES)
+        one = ir.Constant(vec, [1.0] * _LANES)
+        zero = ir.Constant(vec, [0.0] * _LANES)
+        intp = context.get_value_type(types.intp)
+
+        def term(k):  # max((base[k:k+8] + doubled[off+k:off+k+8]) - 1, 0)
+            b = builder.load(builder.bitcast(builder.gep(bptr, [k]), vec.as_pointer()), align=8)
+            d = builder.load(builder.bitcast(builder.gep(dptr, [builder.add(off, k)]), vec.as_pointer()), align=8)
+            w = builder.fsub(builder.fadd(b, d), one)
+            return builder.select(builder.fcmp_ordered(">", w, zero), w, zero)
+
+        acc = cgutils.alloca_once(builder, vec)
+        builder.store(term(lo), acc)
+        with cgutils.for_range(builder, builder.sub(rows, ir.Constant(intp, 1))) as loop:
+            k = builder.add(lo, builder.mul(builder.add(loop.index, ir.Constant(intp, 1)), ir.Constant(intp, _LANES)))
+            builder.store(builder.fadd(builder.load(acc), term(k)), acc)
+        a = builder.load(acc)
+        r = [builder.extract_element(a, ir.Constant(ir.IntType(32), i)) for i in range(_LANES)]
+        return builder.fadd(builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3])),
+                            builder.fadd(builder.fadd(r[4], r[5]), builder.fadd(r[6], r[7])))
+
+    return sig, codegen
 
 
 @njit(cache=True, inline="always")
@@ -41,55 +88,44 @@ def _term(b: float, c: float) -> float:  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _leaf(base: np.ndarray, doubled: np.ndarray, off: int, lo: int, n: int) -> float:  # pragma: no cover - compiled
-    """A leaf of numpy's pairwise sum (``n <= 128``) of the terms ``max((base[k] + doubled[off + k]) - 1, 0)``."""
+    """A leaf of numpy's pairwise sum (``n <= 128``) of the terms ``max((base[k] + doubled[off + k]) - 1, 0)``:
+    fewer than 8 terms one by one, else the 8 running sums over the whole rows (:func:`_rows`), then the
+    rest one by one."""
     if n < 8:
         res = 0.0
         for k in range(lo, lo + n):
             res += _term(base[k], doubled[off + k])
         return res
-    r0 = _term(base[lo], doubled[off + lo])
-    r1 = _term(base[lo + 1], doubled[off + lo + 1])
-    r2 = _term(base[lo + 2], doubled[off + lo + 2])
-    r3 = _term(base[lo + 3], doubled[off + lo + 3])
-    r4 = _term(base[lo + 4], doubled[off + lo + 4])
-    r5 = _term(base[lo + 5], doubled[off + lo + 5])
-    r6 = _term(base[lo + 6], doubled[off + lo + 6])
-    r7 = _term(base[lo + 7], doubled[off + lo + 7])
     m = n - n % 8
-    for i in range(lo + 8, lo + m, 8):
-        d = off + i
-        r0 += _term(base[i], doubled[d])
-        r1 += _term(base[i + 1], doubled[d + 1])
-        r2 += _term(base[i + 2], doubled[d + 2])
-        r3 += _term(base[i + 3], doubled[d + 3])
-        r4 += _term(base[i + 4], doubled[d + 4])
-        r5 += _term(base[i + 5], doubled[d + 5])
-        r6 += _term(base[i + 6], doubled[d + 6])
-        r7 += _term(base[i + 7], doubled[d + 7])
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    res = _rows(base, doubled, off, lo, m // 8)  # type: ignore[call-arg]
     for k in range(lo + m, lo + n):
         res += _term(base[k], doubled[off + k])
     return res
 
 
 @njit(cache=True)
-def _pairwise(base: np.ndarray, doubled: np.ndarray, off: int, n: int) -> float:  # pragma: no cover - compiled
-    """numpy's pairwise sum of the terms ``max((base[k] + doubled[off + k]) - 1, 0)``, ``k`` in ``[0, n)``:
-    halves split at multiples of 8 down to leaves of at most 128 terms, the halves' sums added. A loop
-    over an explicit stack (numba's disk cache does not hold recursive functions safely)."""
-    if n <= _BLOCK:
-        return _leaf(base, doubled, off, 0, n)
-    los = np.empty(64, dtype=np.int64)
-    ns = np.empty(64, dtype=np.int64)
+def _plan(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``n`` terms as a program: its leaves (starts, lengths, left to right) and
+    the order of additions, ``prog`` a postfix sequence (1: the next leaf's sum, 0: add the two sums on
+    top). Halves split at multiples of 8 down to leaves of at most 128 terms, the halves' sums added;
+    a loop over an explicit stack (numba's disk cache does not hold recursive functions safely)."""
+    cap = 2 * (n // 64 + 2)
+    los = np.empty(cap, dtype=np.int64)
+    ns = np.empty(cap, dtype=np.int64)
+    prog = np.empty(2 * cap, dtype=np.int64)
+    nl, npg = 0, 0
+    slo = np.empty(64, dtype=np.int64)
+    sn = np.empty(64, dtype=np.int64)
     stage = np.empty(64, dtype=np.int64)
-    vals = np.empty(64)
-    top, nv = 0, 0
-    los[0], ns[0], stage[0] = 0, n, 0
+    top = 0
+    slo[0], sn[0], stage[0] = 0, n, 0
     while top >= 0:
-        lo, m = los[top], ns[top]
+        lo, m = slo[top], sn[top]
         if m <= _BLOCK:
-            vals[nv] = _leaf(base, doubled, off, lo, m)
-            nv += 1
+            los[nl], ns[nl] = lo, m
+            nl += 1
+            prog[npg] = 1
+            npg += 1
             top -= 1
             continue
         half = m // 2
@@ -97,25 +133,51 @@ def _pairwise(base: np.ndarray, doubled: np.ndarray, off: int, n: int) -> float:
         if stage[top] == 0:  # the first half
             stage[top] = 1
             top += 1
-            los[top], ns[top], stage[top] = lo, half, 0
+            slo[top], sn[top], stage[top] = lo, half, 0
         elif stage[top] == 1:  # the second half
             stage[top] = 2
             top += 1
-            los[top], ns[top], stage[top] = lo + half, m - half, 0
+            slo[top], sn[top], stage[top] = lo + half, m - half, 0
         else:  # both done: their sum
+            prog[npg] = 0
+            npg += 1
+            top -= 1
+    return los[:nl], ns[:nl], prog[:npg]
+
+
+@njit(cache=True)
+def _run(base: np.ndarray, doubled: np.ndarray, off: int, los: np.ndarray, ns: np.ndarray, prog: np.ndarray,
+         vals: np.ndarray) -> float:  # pragma: no cover - compiled
+    """The pairwise sum of :func:`_plan` (``los``, ``ns``, ``prog``) of the terms
+    ``max((base[k] + doubled[off + k]) - 1, 0)``; ``vals`` a stack of at least 64 sums."""
+    nv, leaf = 0, 0
+    for p in prog:
+        if p:
+            vals[nv] = _leaf(base, doubled, off, los[leaf], ns[leaf])
+            nv += 1
+            leaf += 1
+        else:
             nv -= 1
             vals[nv - 1] = vals[nv - 1] + vals[nv]
-            top -= 1
     return vals[0]
+
+
+@njit(cache=True)
+def _pairwise(base: np.ndarray, doubled: np.ndarray, off: int, n: int) -> float:  # pragma: no cover - compiled
+    """numpy's pairwise sum of the terms ``max((base[k] + doubled[off + k]) - 1, 0)``, ``k`` in ``[0, n)``."""
+    los, ns, prog = _plan(n)
+    return _run(base, doubled, off, los, ns, prog, np.empty(64))
 
 
 @njit(cache=True)
 def scores(base: np.ndarray, doubled: np.ndarray, candidates: np.ndarray) -> np.ndarray:  # pragma: no cover
     """``cassini._scores``: the raw score of ``base + roll(curve, r)`` per ``r``, ``doubled`` the curve twice."""
     bins = base.shape[0]
+    los, ns, prog = _plan(bins)
+    vals = np.empty(64)
     out = np.empty(candidates.shape[0])
     for i in range(candidates.shape[0]):
-        out[i] = 1.0 - (0.0 + _pairwise(base, doubled, bins - candidates[i], bins)) / bins
+        out[i] = 1.0 - (0.0 + _run(base, doubled, bins - candidates[i], los, ns, prog, vals)) / bins
     return out
 
 
@@ -228,12 +290,14 @@ def _best(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
     doubled = np.empty(2 * bins)
     doubled[:bins] = curve
     doubled[bins:] = curve
+    los, ns, prog = _plan(bins)
+    vals = np.empty(64)
     best, at = -np.inf, 0
     for c in range(nc):
         if not over[c]:
             val = 1.0
         elif rough[c] >= top - margin:
-            val = 1.0 - (0.0 + _pairwise(base, doubled, bins - candidates[c], bins)) / bins
+            val = 1.0 - (0.0 + _run(base, doubled, bins - candidates[c], los, ns, prog, vals)) / bins
         else:
             continue
         if val > best:
