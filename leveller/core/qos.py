@@ -209,3 +209,33 @@ def tc_dscp_filters(dev: str, level_map: LevelMap) -> list[list[str]]:
                          "prio", str(base + i + 1), "u32", "match", proto, field, f"0x{d << 2:02x}", "0xfc",
                          "flowid", htb_classid(q)])
     return cmds
+
+
+def tc_host_queues(dev: str, level_map: LevelMap, rate_mbps: float, floor: float = DEFAULT_FLOOR,
+                   fifo_packets: int = 100) -> list[list[str]]:
+    """`tc` argv lists that give a host's `dev` the egress of a NIC with strict-priority queues: an HTB
+    root class 1:fffe at `rate_mbps`, under it the queues of a switch port (`queue_configs`: one per
+    level, the control queue served first, the same rates, priorities and bursts), each a FIFO of
+    `fifo_packets`, and the filters of `tc_dscp_filters` (without its flush). Several jobs' ranks on
+    one host then meet at its link as they meet at a switch port, the higher level served first;
+    unclassified packets go to the lowest level's queue. The host's own marks (the agent's DSCP
+    rewrite on the clsact egress hook) are set before this qdisc classifies them."""
+    if not rate_mbps > 0:
+        raise UserError(f"rate_mbps = {rate_mbps!r} is invalid; the host link's rate in Mbit/s, > 0")
+    if not fifo_packets >= 1:
+        raise UserError(f"fifo_packets = {fifo_packets!r} is invalid; a queue length in packets, >= 1")
+    queues = queue_configs(level_map.levels, rate_mbps, floor)
+    rate = f"{queues[0].max_rate_bps}bit"
+    burst = str(max(1514, (queues[0].burst_bits or 0) // 8))
+    root = f"1:{HTB_ROOT_MINOR:x}"
+    cmds = [["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+             "default", htb_classid(level_map.queue[0]).split(":")[1]],
+            ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", root, "htb", "rate", rate, "ceil", rate,
+             "burst", burst, "cburst", burst]]
+    for q in queues:
+        cls = htb_classid(q.queue)
+        cmds.append(["tc", "class", "add", "dev", dev, "parent", root, "classid", cls, "htb",
+                     "rate", f"{q.min_rate_bps}bit", "ceil", rate, "prio", str(q.htb_priority),
+                     "burst", burst, "cburst", burst])
+        cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", cls, "pfifo", "limit", str(fifo_packets)])
+    return cmds + tc_dscp_filters(dev, level_map)[1:]

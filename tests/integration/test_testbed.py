@@ -102,6 +102,17 @@ def test_up_builds_queues_and_down_removes_everything(names):
     assert set(classes) == {"1:1", "1:2", "1:3", "1:4", "1:5"}
     assert "prio 0" in classes["1:5"] and "prio 1" in classes["1:4"] and "prio 4" in classes["1:1"]
     assert all("ceil 50Mbit" in line for line in classes.values())
+    # a host's egress has the same queues at its link rate, filled by DSCP (not the FIFO hosts had)
+    host = subprocess.run(tb.exec_argv("h1", ["tc", "class", "show", "dev", "eth0"]),
+                          capture_output=True, text=True, check=True).stdout
+    mine = {line.split()[2]: line for line in host.splitlines() if "parent 1:fffe" in line}
+    assert set(mine) == set(classes) and "prio 0" in mine["1:5"] and "prio 4" in mine["1:1"], host
+    rate = next(lk["rate_mbps"] for lk in status["links"] if "h1" in (lk["a"], lk["b"]))
+    shown = f"{rate / 1000:g}Gbit" if rate >= 1000 else f"{rate:g}Mbit"  # as tc prints it
+    assert all(f"ceil {shown}" in line for line in mine.values()), host
+    filters = subprocess.run(tb.exec_argv("h1", ["tc", "filter", "show", "dev", "eth0", "parent", "1:"]),
+                             capture_output=True, text=True, check=True).stdout
+    assert filters.count("flowid") == 2 * 4 + 2, filters
     # a second `up` with the same topology reuses it (`--sdn`, the old opt-in, is still accepted);
     # with another topology it refuses
     again = subprocess.run([*LEVELLER, "testbed", "up", "--topology", "dumbbell", "--name", name,

@@ -11,6 +11,7 @@ from leveller.core.qos import (
     level_map_from_dict,
     queue_configs,
     tc_dscp_filters,
+    tc_host_queues,
 )
 from leveller.errors import UserError
 
@@ -85,3 +86,40 @@ def test_queue_min_rate_is_a_whole_thousandth_of_the_port_rate() -> None:
     assert q.min_rate_bps == 12_001 and isinstance(q.min_rate_bps, int)
     assert q.max_rate_bps == 12_001_500
     assert [c.min_rate_bps for c in queue_configs(2, None, floor=0.0)] == [12_000, 12_000, 12_000]
+
+
+def _arg(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("floor", [0.0, 0.05])
+def test_host_queues_are_a_switch_ports_under_the_link_rate(k, floor):
+    """A host's egress: root class 1:fffe at the link rate, one HTB class per queue of queue_configs (the
+    same guaranteed rates and priorities, ceilinged at the link rate), a FIFO in each, then the DSCP
+    filters without their flush; unclassified packets in the lowest level's class."""
+    cmds = tc_host_queues("eth0", default_level_map(k), 25.0, floor if k > 1 else 0.0, fifo_packets=77)
+    assert cmds[0][:5] == ["tc", "qdisc", "replace", "dev", "eth0"] and _arg(cmds[0], "default") == "1"
+    assert _arg(cmds[1], "classid") == "1:fffe" and _arg(cmds[1], "rate") == _arg(cmds[1], "ceil") == "25000000bit"
+    classes = [c for c in cmds[2:] if c[:2] == ["tc", "class"]]
+    fifos = [c for c in cmds[2:] if c[:2] == ["tc", "qdisc"]]
+    filters = [c for c in cmds if c[:2] == ["tc", "filter"]]
+    want = queue_configs(k, 25.0, floor if k > 1 else 0.0)
+    assert [(_arg(c, "classid"), _arg(c, "parent"), int(_arg(c, "rate")[:-3]), int(_arg(c, "prio")))
+            for c in classes] == [(htb_classid(q.queue), "1:fffe", q.min_rate_bps, q.htb_priority) for q in want]
+    assert all(_arg(c, "ceil") == "25000000bit" for c in classes)
+    assert sum(q.min_rate_bps for q in want) <= 25_000_000  # the guarantees fit in the link
+    assert [(_arg(c, "parent"), c[-3:]) for c in fifos] == [(htb_classid(q.queue), ["pfifo", "limit", "77"])
+                                                            for q in want]
+    assert filters == tc_dscp_filters("eth0", default_level_map(k))[1:]
+    assert all(c[0] != "tc" or "del" not in c for c in cmds)  # nothing to flush on a fresh root
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [({"rate_mbps": 0.0}, "rate_mbps = 0.0"),
+                                                ({"rate_mbps": -5.0}, "rate_mbps = -5.0"),
+                                                ({"fifo_packets": 0}, "fifo_packets = 0"),
+                                                ({"floor": 0.5}, "floor = 0.5")])
+def test_host_queues_refuse_bad_input_naming_it(kwargs, needle):
+    args = {"rate_mbps": 25.0, "floor": 0.05, "fifo_packets": 100, **kwargs}
+    with pytest.raises(UserError, match=needle.replace(".", r"\.")):
+        tc_host_queues("eth0", default_level_map(4), **args)

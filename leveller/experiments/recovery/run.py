@@ -98,9 +98,14 @@ class Flood:
             run(self.cluster.testbed.exec_argv(FLOOD_FROM, tc + argv))
 
     def _usual_egress(self) -> None:
-        from leveller.testbed.cluster import host_shaper
+        """h1's egress as the testbed built it (its strict-priority queues); best effort, as teardown."""
+        from leveller.testbed.cluster import host_egress, tc_batch
 
-        run(self.cluster.testbed.exec_argv(FLOOD_FROM, host_shaper(LINK_MBPS)), check=False)
+        tb = self.cluster.testbed
+        try:
+            tc_batch(tb.netns(FLOOD_FROM), host_egress(LINK_MBPS, tb.topology.levels, tb.state.queue_floor))
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            pass
 
     @contextlib.contextmanager
     def running(self) -> Iterator[Flood]:
