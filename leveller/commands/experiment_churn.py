@@ -3,7 +3,7 @@
 Jobs of the catalog (the network simulator's H200-derived models, their compute : communication
 kept on the emulated links as in the tenants experiment) arrive as a Poisson process (--mean-arrival
 seconds apart on average, --seed) for --duration seconds, each on 2-3 hosts of the `leafspine`
-testbed (3 leaves x 2 spines, 4 hosts per leaf, 25 Mbit/s links) across two leaves, for a number of
+testbed (3 leaves x 2 spines, 4 hosts per leaf, 12.5 Mbit/s links) across two leaves, for a number of
 iterations uniform around --iterations, and leave when done. Their workers register with their
 hosts' agents over the agents' registration socket: no agent flag names any job. The SDN app starts
 once; the controller and an agent per host start once per policy, before the first job, and are
@@ -51,6 +51,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", type=int, default=4, metavar="K", help="switch priority levels (default 4)")
     parser.add_argument("--tau", type=float, default=0.2, metavar="S", help="controller decision period (default 0.2)")
     parser.add_argument("--lease", type=float, default=2.0, metavar="S", help="the levels' lease (default 2)")
+    parser.add_argument("--link-mbps", type=float, default=None, metavar="MBPS",
+                        help="rate of every link, Mbit/s (default 12.5: what the one ovs-vswitchd thread forwards "
+                             "for ten jobs at once without becoming the bottleneck); jobs keep their iteration "
+                             "times, so the bytes they send scale with it")
     from leveller.commands.experiment import add_live_options
 
     add_live_options(parser, "churn", "directory for churn.json and churn.png (default out/churn)", "skip churn.png")
@@ -71,6 +75,8 @@ def check(args: argparse.Namespace) -> list[str]:
     if not 0.05 <= args.tau <= 5 or not args.tau < args.lease <= 60:
         raise UserError(f"--tau={args.tau:g}, --lease={args.lease:g}: allowed is 0.05 <= tau <= 5 and "
                         "tau < lease <= 60 seconds")
+    if args.link_mbps is not None and not 1 <= args.link_mbps <= 100:
+        raise UserError(f"--link-mbps={args.link_mbps:g}: allowed is 1..100 Mbit/s")
     policies = policy_list(args.policies, POLICIES)
     check_live(args, "experiment churn")
     return policies
@@ -87,7 +93,8 @@ def handle(args: argparse.Namespace) -> int:
 
     settings = ChurnSettings(duration_s=args.duration, mean_arrival_s=args.mean_arrival,
                              mean_iterations=args.iterations, seed=args.seed, levels=args.levels, tau_s=args.tau,
-                             lease_s=args.lease)
+                             lease_s=args.lease,
+                             **({} if args.link_mbps is None else {"link_mbps": args.link_mbps}))
     out = output_dir(args.out)
     done = {p: 0.0 for p in policies}
     with live_progress() as (progress, note):

@@ -162,3 +162,23 @@ def test_the_plot_draws_each_level_of_a_job_once_however_many_steps(tmp_path, mo
     assert (tmp_path / "churn.png").stat().st_size > 0
     assert len(calls) <= 1 + 4  # the grey bar, then one call per level
     assert sum(len(c[0]) for c in calls[1:]) == 3000  # each alternation still drawn
+
+
+@pytest.mark.parametrize("mbps", ["0.5", "150", "nan"])
+def test_a_link_rate_out_of_range_is_refused_naming_the_option(mbps: str) -> None:
+    from leveller.cli import build_parser
+    from leveller.commands.experiment_churn import check
+    from leveller.errors import UserError
+
+    args = build_parser().parse_args(["experiment", "churn", "--link-mbps", mbps])
+    with pytest.raises(UserError, match=f"--link-mbps={mbps}: allowed is 1..100"):
+        check(args)
+
+
+def test_the_default_link_rate_leaves_the_switch_thread_room() -> None:
+    """12.5 Mbit/s, half the tenants experiment's: at 25 the one ovs-vswitchd thread fell behind when ten
+    jobs ran at once (see plan.LINK_MBPS); every link of the run's leaf-spine and every job take it."""
+    settings = ChurnSettings()
+    assert settings.link_mbps == 12.5
+    topo = leafspine(4, settings.link_mbps)
+    assert {lk.rate_mbps for lk in topo.links} == {12.5}
