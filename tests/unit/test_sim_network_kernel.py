@@ -3,9 +3,6 @@ same bits for the fill, the levels with and without the floor, the incremental r
 event and whole simulations. Skipped where numba is not importable (test_sim_network_backend.py
 covers that case)."""
 
-import contextlib
-import os
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,19 +11,10 @@ from hypothesis import strategies as st
 
 from leveller.sim.network import fluid
 from leveller.sim.network.fluid import Incidence, Refill
+from tests.helpers.sim_backend import backend
 
 numba_kernel = pytest.importorskip("leveller.sim.network.fluid_kernel", reason="numba is not importable",
                                    exc_type=ImportError)
-
-
-@contextlib.contextmanager
-def backend(name: str) -> Iterator[None]:
-    """The water-filling backend `name` inside the block, the environment's choice again after it."""
-    fluid.set_backend(name)
-    try:
-        yield
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
 
 
 def compiled_and_oracle(*args) -> tuple[Refill, Refill]:  # type: ignore[no-untyped-def]

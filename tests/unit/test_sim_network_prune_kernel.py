@@ -2,7 +2,6 @@
 the same levels for every input, the same refusals, and the simulator's choice between them. Skipped
 where numba is not importable (the simulator then uses prune itself)."""
 
-import os
 
 import numpy as np
 import pytest
@@ -10,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leveller.core.levels import prune
-from leveller.sim.network import fluid
 from leveller.sim.network.policies import pruner
 from tests.helpers.levels import random_incidence
+from tests.helpers.sim_backend import backend
 
 prune_kernel = pytest.importorskip("leveller.sim.network.prune_kernel", reason="numba is not importable",
                                    exc_type=ImportError)
@@ -67,10 +66,7 @@ def test_the_compiled_pruning_refuses_what_prune_refuses(args, message: str) -> 
 
 
 def test_the_simulator_prunes_with_the_backend_of_its_water_filling() -> None:
-    try:
-        fluid.set_backend("numba")
+    with backend("numba"):
         assert pruner() is prune_kernel.prune
-        fluid.set_backend("numpy")
+    with backend("numpy"):
         assert pruner() is prune
-    finally:
-        fluid.set_backend(os.environ.get(fluid.ENV, "auto"))
