@@ -297,6 +297,24 @@ def _best_rotation(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
     return float(vals[i]), int(candidates[i])
 
 
+def _add_rolled(total: np.ndarray, curve: np.ndarray, r: int) -> None:
+    """``total += np.roll(curve, r)`` (``0 <= r < len(curve)``) without the rolled copy: the same
+    element-wise additions."""
+    cut = len(curve) - r
+    total[r:] += curve[:cut]
+    total[:r] += curve[cut:]
+
+
+def _rolled(op: np.ufunc, a: np.ndarray, curve: np.ndarray, r: int) -> np.ndarray:
+    """``op(a, np.roll(curve, r))`` (``0 <= r < len(curve)``) without the rolled copy: the same
+    element-wise operations."""
+    cut = len(curve) - r
+    out = np.empty_like(a)
+    op(a[r:], curve[:cut], out=out[r:])
+    op(a[:r], curve[cut:], out=out[:r])
+    return out
+
+
 def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap: float, angles: int = 72,
                    max_exhaustive: int = 4096, sweeps: int = 3,
                    best_rotation: BestRotation | None = None) -> tuple[float, dict[str, float]]:
@@ -327,7 +345,7 @@ def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap:
         for combo in itertools.product(*(g.tolist() for g in grids[1:-1])):
             base = curves[0].copy()
             for c, r in zip(curves[1:-1], combo):
-                base += np.roll(c, r)
+                _add_rolled(base, c, r)
             val, last = best(base, curves[-1], profs[-1], grids[-1])
             if val > score:
                 score, rot = val, [0, *combo, last]
@@ -335,16 +353,16 @@ def link_rotations(jobs_on_link: Sequence[CircleJob], quantum_s: float, lcm_cap:
         total = curves[0].copy()
         for i in range(1, n):  # greedy placement in link order
             _, rot[i] = best(total, curves[i], profs[i], grids[i])
-            total += np.roll(curves[i], rot[i])
+            _add_rolled(total, curves[i], rot[i])
         score = _raw_score(total)
         for _ in range(sweeps):
             improved = False
             for i in range(1, n):
-                base = total - np.roll(curves[i], rot[i])
+                base = _rolled(np.subtract, total, curves[i], rot[i])  # total - roll(curve, rot)
                 val, r = best(base, curves[i], profs[i], grids[i])
                 if val > score + 1e-12:
                     rot[i], score, improved = r, val, True
-                total = base + np.roll(curves[i], rot[i])
+                total = _rolled(np.add, base, curves[i], rot[i])  # base + roll(curve, rot)
             if not improved:
                 break
     return _clip(score), {j.name: r * quantum_s for j, r in zip(jobs_on_link, rot)}

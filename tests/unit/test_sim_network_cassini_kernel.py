@@ -65,6 +65,25 @@ def test_reference_scores_of_long_circles_keep_numpys_summation_order(bins: int)
         cassini._scores(base, doubled, candidates).tobytes()
 
 
+@settings(max_examples=300)
+@given(rotation_cases(), st.booleans())
+def test_leaves_summed_once_per_demand_value_are_the_reference_scores(case, whole) -> None:  # type: ignore[no-untyped-def]
+    """The reference scores of every rotation through the path that sums a leaf over one demand value
+    once (circles of a whole and a cut number of tiles, rotation 0, leaves across the circle's cut),
+    against numpy's element-wise scores, to the bit."""
+    base, curve, prof, _ = case
+    bins, q = len(base), len(prof)
+    if whole and bins % q:
+        base, curve = base[:bins - bins % q], curve[:bins - bins % q]
+        bins = len(base)
+    every = np.arange(q)
+    doubled = np.concatenate([curve[bins - q:], curve])
+    los, ns, prog = cassini_kernel._plan(bins)
+    exact = np.full(q, np.nan)
+    cassini_kernel._memo_scores(base, doubled, prof, every, every, los, ns, prog, np.empty(64), exact)
+    assert exact.tobytes() == cassini._scores(base, np.concatenate([curve, curve]), every).tobytes()
+
+
 # terms whose sum depends on the order of the additions: 1 is lost beside 2**53 unless added first to
 # another 1, 2**-60 beside 1; numpy's order is the only one that gives numpy's bits on most draws
 ORDERED = st.sampled_from([0.0, 1.0, 2.0 ** 53, 3.0 * 2.0 ** 52, 2.0 ** -60, 0.1, 1e-3, 7.0])

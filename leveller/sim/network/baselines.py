@@ -156,6 +156,7 @@ class CassiniNet:
                 demand = min(1.0, nbytes / j.phases / j.profile.duration / float(self.capacity[link]))
                 on_link.setdefault(link, []).append((j, demand))
         out: dict[Hashable, list[cassini.CircleJob]] = {}
+        windows: dict[str, list[tuple[float, float]]] = {}  # per job: its arcs' (start, duration), once
         for members in on_link.values():
             if len(members) < 2:
                 continue
@@ -164,7 +165,10 @@ class CassiniNet:
                 continue
             circles = []
             for j, d in members:
-                arcs = tuple((start % j.period, duration, max(d, 1e-9)) for start, duration in j.comm_windows())
+                spans = windows.get(j.name)
+                if spans is None:
+                    spans = windows[j.name] = [(start % j.period, duration) for start, duration in j.comm_windows()]
+                arcs = tuple((start, duration, max(d, 1e-9)) for start, duration in spans)
                 circles.append(cassini.CircleJob(j.name, j.period, arcs))
             out[key] = circles
         return out

@@ -9,10 +9,16 @@ and the rough sums that rank them. This is the same search in compiled loops:
   ``max((base[k] + curve[k - r]) - 1, 0)``, summed in numpy's pairwise order (``add.reduce`` of a
   contiguous row: 8 running sums over blocks of up to 128 terms, halves split at multiples of 8,
   started from 0), divided by the bins and taken from 1: the same float64 operations on the same
-  operands in the same order, so the same bits;
-- the rough sums are ``cassini._rough``'s, per run of the profile, summed in plain loops; their bound
-  is the numpy code's, doubled (a wider margin only scores more candidates exactly, it cannot change
-  the result).
+  operands in the same order, so the same bits. The 8 running sums of a leaf are one vector of 8
+  float64 (:func:`_rows`, a numba intrinsic: numba's LLVM does not vectorise the scalar sums); the
+  leaves and the order of additions are planned once per step (:func:`_plan`); and a leaf whose window
+  of the rotated curve holds one demand value (most of them: a profile is long runs of one demand) has
+  the same operands for every rotation that puts it over that value, so it is summed once per value
+  (:func:`_memo_scores`);
+- the rough sums are ``cassini._rough``'s, per run of the profile: a run's excess over the whole tiles
+  from prefix sums of the excess folded over the tiles, one fold per demand value, as in the numpy
+  code, a short run bin by bin only where that is cheaper (:func:`_rough_in`); their bound is the numpy
+  code's, doubled (a wider margin only scores more candidates exactly, it cannot change the result).
 
 So :func:`best_rotation` returns what ``cassini._best_rotation`` returns, ties included; the tests hold it
 against the numpy code (tests/unit/test_sim_network_cassini_kernel.py). The live controller keeps the
@@ -184,8 +190,20 @@ def scores(base: np.ndarray, doubled: np.ndarray, candidates: np.ndarray) -> np.
 @njit(cache=True)
 def _rough(base: np.ndarray, prof: np.ndarray,
            candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:  # pragma: no cover - compiled
+    """:func:`_rough_in` with a buffer of its own."""
+    return _rough_in(base, prof, candidates, np.empty(base.shape[0] + prof.shape[0]))
+
+
+@njit(cache=True)
+def _rough_in(base: np.ndarray, prof: np.ndarray, candidates: np.ndarray,
+              ext: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:  # pragma: no cover - compiled
     """``cassini._rough``: per candidate the excess summed over the circle by runs of the profile, whether
-    any bin has an excess (exact), and a bound on the sums' rounding error (twice the numpy code's)."""
+    any bin has an excess (exact), and a bound on the sums' rounding error (twice the numpy code's).
+
+    A run's excess over the whole tiles is a difference of prefix sums of the excess folded over the
+    tiles (one fold per demand value, a pass over the circle), as in the numpy code; a short run (an
+    arc's cut end, a value of its own) is summed bin by bin instead when that is cheaper (few tiles or
+    candidates), else folded as the long runs are."""
     bins, q = base.shape[0], prof.shape[0]
     tiles = bins // q
     rest = bins - tiles * q
@@ -200,14 +218,17 @@ def _rough(base: np.ndarray, prof: np.ndarray,
             starts[runs] = x
             runs += 1
     ends[runs - 1] = q
-    ext = np.empty(bins + q)
-    ext[:bins] = base
+    ext[:bins] = base  # ext: len(base) + len(prof) bins, the base and its first q bins again
     ext[bins:] = base[:q]
     excess = np.zeros(nc)
     count = np.zeros(nc, dtype=np.int64)
-    # runs of a bin or two: every bin they cover on the circle, one by one
+    folded = np.empty(runs, dtype=np.bool_)
+    per_bin = (tiles + 1) * nc  # a bin of a run summed bin by bin, against a fold's pass over the circle
     for u in range(runs):
-        if ends[u] - starts[u] > SHORT:
+        folded[u] = ends[u] - starts[u] > SHORT or 4 * (ends[u] - starts[u]) * per_bin > bins + 4 * q
+    # runs summed bin by bin: every bin they cover on the circle, one by one
+    for u in range(runs):
+        if folded[u]:
             continue
         for x in range(starts[u], ends[u]):
             v = prof[x]
@@ -223,26 +244,31 @@ def _rough(base: np.ndarray, prof: np.ndarray,
     for c in range(nc):
         if excess[c] > total:
             total = excess[c]
-    # long runs, per demand value: folded over whole tiles, prefix sums, a difference per run
+    # folded runs, per demand value: the excess folded over whole tiles, prefix sums, a difference per run
     done = np.zeros(runs, dtype=np.bool_)
-    e = np.empty(bins + q)
+    mid = np.empty(q)
     fold = np.empty(2 * q)
     g = np.empty(2 * q + 1)
     z = np.empty(2 * q + 1, dtype=np.int64)
     h = np.empty(rest + q + 1)
     y = np.empty(rest + q + 1, dtype=np.int64)
     for u0 in range(runs):
-        if done[u0] or ends[u0] - starts[u0] <= SHORT:
+        if done[u0] or not folded[u0]:
             continue
-        v = prof[starts[u0]]
-        for i in range(bins + q):
-            w = (ext[i] + v) - 1.0
-            e[i] = w if w > 0.0 else 0.0
-        fold[:] = 0.0
-        for t in range(tiles):  # fold[x] = sum over whole tiles t of e[t q + x], row by row
-            row = t * q
-            for x in range(2 * q):
-                fold[x] += e[row + x]
+        v = prof[starts[u0]] - 1.0
+        mid[:] = 0.0
+        for t in range(1, tiles):  # mid[x] = sum over the inner tiles t of e[t q + x], e = max(ext + v - 1, 0)
+            row = ext[t * q:(t + 1) * q]
+            for x in range(q):
+                w = row[x] + v
+                mid[x] += w if w > 0.0 else 0.0
+        head = ext[:q]
+        tail = ext[tiles * q:(tiles + 1) * q]
+        for x in range(q):
+            w = head[x] + v
+            fold[x] = (w if w > 0.0 else 0.0) + mid[x]
+            w = tail[x] + v
+            fold[q + x] = mid[x] + (w if w > 0.0 else 0.0)
         g[0] = 0.0
         z[0] = 0
         for x in range(2 * q):
@@ -253,12 +279,13 @@ def _rough(base: np.ndarray, prof: np.ndarray,
             h[0] = 0.0
             y[0] = 0
             for i in range(rest + q):
-                w = e[tiles * q + i]
+                w = ext[tiles * q + i] + v
+                w = w if w > 0.0 else 0.0
                 h[i + 1] = h[i] + w
                 y[i + 1] = y[i] + (1 if w > 0.0 else 0)
             total += h[rest + q]
         for u in range(u0, runs):
-            if done[u] or ends[u] - starts[u] <= SHORT or prof[starts[u]] != v:
+            if done[u] or not folded[u] or prof[starts[u]] != prof[starts[u0]]:
                 continue
             done[u] = True
             a, b = starts[u], ends[u]
@@ -278,26 +305,123 @@ def _rough(base: np.ndarray, prof: np.ndarray,
     return excess, count > 0, err
 
 
+_MEMO = 2  # from this many reference scores on, a leaf over one demand value is summed once per value
+
+
 @njit(cache=True)
-def _best(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
-          candidates: np.ndarray) -> tuple[float, int]:  # pragma: no cover - compiled
+def _memo_scores(base: np.ndarray, doubled: np.ndarray, prof: np.ndarray, candidates: np.ndarray,
+                 need: np.ndarray, los: np.ndarray, ns: np.ndarray, prog: np.ndarray, vals: np.ndarray,
+                 exact: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The reference scores of ``candidates[need]`` into ``exact``, a leaf whose window of the rotated
+    curve holds one demand value ``v`` taken from the first rotation that put it there: its terms are
+    then ``max((base[k] + v) - 1, 0)`` for every such rotation, the same operands in the same order."""
+    bins, q = base.shape[0], prof.shape[0]
+    nl = los.shape[0]
+    # span[x]: how many bins of the curve from profile position x on (cyclically) hold prof[x]
+    span = np.empty(q, dtype=np.int64)
+    first = 0
+    while first < q and prof[first] == prof[(first - 1) % q]:
+        first += 1
+    if first == q:  # one value throughout
+        span[:] = bins
+    else:
+        x = first - 1 if first else q - 1
+        count = 1
+        for _ in range(q):
+            span[x] = count
+            nxt = x - 1 if x else q - 1
+            count = count + 1 if prof[nxt] == prof[x] else 1
+            x = nxt
+    distinct = np.unique(prof)
+    vid = np.searchsorted(distinct, prof)
+    memo = np.full((nl, distinct.shape[0]), np.nan)
+    sums = np.empty(nl)
+    for t in range(need.shape[0]):
+        r = candidates[need[t]]
+        off = q - r
+        # bin k of the rotated curve is curve[k - r + bins] for k < r, curve[k - r] from r on; p its
+        # profile position, kept as the leaves advance
+        p = (bins - r) % q if r else 0
+        at = 0
+        wrapped = r > 0
+        for k in range(nl):
+            lo, n = los[k], ns[k]
+            if wrapped and lo >= r:
+                wrapped = False
+                p = (lo - r) % q
+            else:
+                p += lo - at
+                while p >= q:
+                    p -= q
+            at = lo
+            if wrapped and lo + n > r:  # the leaf holds the cut of the circle
+                sums[k] = _leaf(base, doubled, off, lo, n)
+                continue
+            if not wrapped and lo - r + n > bins:
+                sums[k] = _leaf(base, doubled, off, lo, n)
+                continue
+            if span[p] >= n:
+                w = memo[k, vid[p]]
+                if w != w:
+                    w = _leaf(base, doubled, off, lo, n)
+                    memo[k, vid[p]] = w
+                sums[k] = w
+            else:
+                sums[k] = _leaf(base, doubled, off, lo, n)
+        exact[need[t]] = 1.0 - (0.0 + _combine(sums, prog, vals)) / bins
+
+
+@njit(cache=True)
+def _combine(sums: np.ndarray, prog: np.ndarray, vals: np.ndarray) -> float:  # pragma: no cover - compiled
+    """The pairwise sum of the leaves' sums ``sums`` in the order of :func:`_plan`'s ``prog``."""
+    nv, leaf = 0, 0
+    for p in prog:
+        if p:
+            vals[nv] = sums[leaf]
+            nv += 1
+            leaf += 1
+        else:
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+    return vals[0]
+
+
+@njit(cache=True)
+def _best(base: np.ndarray, curve: np.ndarray, prof: np.ndarray, candidates: np.ndarray,
+          work: np.ndarray) -> tuple[float, int]:  # pragma: no cover - compiled
+    """``cassini._best_rotation``; ``work`` a buffer of at least ``2 (len(base) + len(prof))`` float64."""
     bins = base.shape[0]
-    excess, over, err = _rough(base, prof, candidates)
+    q = prof.shape[0]
+    excess, over, err = _rough_in(base, prof, candidates, work[:bins + q])
     nc = candidates.shape[0]
     rough = 1.0 - excess / bins
     margin = NEAR + 2.0 * err / bins
     top = rough.max()
-    doubled = np.empty(2 * bins)
-    doubled[:bins] = curve
-    doubled[bins:] = curve
+    need = np.empty(nc, dtype=np.int64)
+    nn = 0
+    for c in range(nc):
+        if over[c] and rough[c] >= top - margin:
+            need[nn] = c
+            nn += 1
+    exact = np.empty(nc)
+    # the curve rolled by r is curve[(k - r) mod bins]: bin k of doubled[q - r:], doubled the curve's last
+    # q bins then the whole curve (r < q <= bins)
+    doubled = work[bins + q:2 * (bins + q)]
+    if nn:
+        doubled[:q] = curve[bins - q:]
+        doubled[q:] = curve
     los, ns, prog = _plan(bins)
     vals = np.empty(64)
+    if nn >= _MEMO:
+        _memo_scores(base, doubled, prof, candidates, need[:nn], los, ns, prog, vals, exact)
+    elif nn:
+        exact[need[0]] = 1.0 - (0.0 + _run(base, doubled, q - candidates[need[0]], los, ns, prog, vals)) / bins
     best, at = -np.inf, 0
     for c in range(nc):
         if not over[c]:
             val = 1.0
         elif rough[c] >= top - margin:
-            val = 1.0 - (0.0 + _run(base, doubled, bins - candidates[c], los, ns, prog, vals)) / bins
+            val = exact[c]
         else:
             continue
         if val > best:
@@ -305,10 +429,20 @@ def _best(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
     return best, candidates[at]
 
 
+_work = np.empty(0)  # best_rotation's scratch buffer, grown as needed (fresh large arrays cost page faults)
+
+
 def best_rotation(base: np.ndarray, curve: np.ndarray, prof: np.ndarray,
                   candidates: np.ndarray) -> tuple[float, int]:
     """``cassini._best_rotation``, compiled: best raw score of ``base + roll(curve, r)`` over ``candidates``
-    (first best wins) and that rotation."""
+    (first best wins) and that rotation. ``curve`` is ``prof`` tiled over the circle and the candidates are
+    in ``[0, len(prof))``, as ``cassini.link_rotations`` passes them. The scratch buffer is shared by the
+    calls of a process (they hold the GIL: numba's code here does not release it)."""
+    global _work
+    need = 2 * (len(base) + len(prof))
+    if len(_work) < need:
+        _work = np.empty(need)
     val, r = _best(np.ascontiguousarray(base, dtype=np.float64), np.ascontiguousarray(curve, dtype=np.float64),
-                   np.ascontiguousarray(prof, dtype=np.float64), np.ascontiguousarray(candidates, dtype=np.int64))
+                   np.ascontiguousarray(prof, dtype=np.float64), np.ascontiguousarray(candidates, dtype=np.int64),
+                   _work)
     return float(val), int(r)
