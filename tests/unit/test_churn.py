@@ -98,6 +98,20 @@ def test_a_mark_past_the_lease_names_the_agent_the_mark_and_who_still_reports_th
         "jobs"]["a"]
 
 
+def test_an_agent_that_stops_reporting_while_it_marks_is_named_with_its_last_report() -> None:
+    """The 600 s run's fair policy failed no_mark_past_lease for two jobs with an empty marks_kept: the
+    agent's last report, under the lease, still marked the job's flow and it made no later one. Such an
+    agent is named, with that report and last_report, and the job's end is in the result."""
+    r = _record()
+    r.agent_lines["h1"] = r.agent_lines["h1"][:2] + [
+        {"t": 104.0, "marks": {"f1": 16}, "jobs": {"a": 3}, "bytes": {"a": {"f1": 20}}}]
+    a = summarize([_arrival("a")], [r], ChurnSettings(lease_s=2.0))["policies"]["leveller"]["jobs"]["a"]
+    assert a["marks_gone_s"] is None
+    assert a["marks_kept"] == [{"host": "h1", "t_after_end": 0.0, "marks": {"f1": 16}, "reported_for": {"f1": "a"},
+                                "jobs_reported": ["a"], "last_report": True}]
+    assert a["end"] == 104.0 - r.t_start
+
+
 def test_leveller_min_is_compared_with_every_other_policy() -> None:
     base = {"never_ranked": [], "first_level_late": [], "marks_past_lease": [], "jobs_finished": 2}
     assert checks({"leveller": {**base, "min": 0.5}, "fair": {**base, "min": 0.4}})["leveller_min_at_least_others"]

@@ -96,18 +96,26 @@ def marks_kept(record: PolicyRecord, labels: set[str], end: float, after_s: floa
     """Per agent that still marked one of ``labels`` ``after_s`` seconds after ``end``: its first such
     report (time after ``end``), the marks it held of them, and which job each of those flows was
     reported for in that report (``None``: none). What a failed ``no_mark_past_lease`` check needs to
-    tell a mark the agent kept for a gone job from a flow another job still reports."""
+    tell a mark the agent kept for a gone job from a flow another job still reports. An agent whose
+    last report, before the lease was over, still marked them is listed with that report and
+    ``last_report``: the run has no report of it past the lease (it stopped, or the run did)."""
     out = []
     for host, lines in sorted(record.agent_lines.items()):
         late = next((line for line in lines if line.get("t", 0) >= end + after_s and _marks_any(line, labels)),
                     None)
-        if late is None:
+        unseen = late is None and lines and float(lines[-1].get("t", 0)) < end + after_s \
+            and _marks_any(lines[-1], labels)
+        if late is None and not unseen:
             continue
-        held = {k: v for k, v in (late.get("marks") or {}).items() if k in labels}
-        owner = {flow: job for job, flows in (late.get("bytes") or {}).items() for flow in flows}
-        out.append({"host": host, "t_after_end": round(float(late["t"]) - end, 3), "marks": held,
-                    "reported_for": {flow: owner.get(flow) for flow in held},
-                    "jobs_reported": sorted(late.get("jobs") or {})})
+        line = late if late is not None else lines[-1]
+        held = {k: v for k, v in (line.get("marks") or {}).items() if k in labels}
+        owner = {flow: job for job, flows in (line.get("bytes") or {}).items() for flow in flows}
+        entry = {"host": host, "t_after_end": round(float(line["t"]) - end, 3), "marks": held,
+                 "reported_for": {flow: owner.get(flow) for flow in held},
+                 "jobs_reported": sorted(line.get("jobs") or {})}
+        if unseen:  # its last report still marked them, and it made none after the lease
+            entry["last_report"] = True
+        out.append(entry)
     return out
 
 
@@ -157,6 +165,7 @@ def summarize(arrivals: Sequence[Arrival], records: Sequence[PolicyRecord], sett
             # its end: its processes gone (they may outlive the last iteration by a second or two under
             # load, their flows rightly marked meanwhile), else its last iteration, or the run's end
             end = r.exits.get(a.name, last if entry["finished"] else r.t_end)
+            entry["end"] = round(end - r.t_start, 3)  # what its marks are timed from
             labels = flows.get(a.name, set())
             gone = marks_gone(r, labels, end)
             if gone is not None:
