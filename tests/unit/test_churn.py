@@ -112,6 +112,16 @@ def test_an_agent_that_stops_reporting_while_it_marks_is_named_with_its_last_rep
     assert a["end"] == 104.0 - r.t_start
 
 
+def test_marks_gone_before_an_agents_last_report_are_gone_whenever_the_job_ends() -> None:
+    """An agent whose reports stop before the job's end, the last of them marking none of its flows,
+    holds no mark of it: gone at once, not never."""
+    r = _record()
+    r.agent_lines["h1"] = r.agent_lines["h1"][:1] + [{"t": 103.0, "marks": {}, "bytes": {}}]
+    assert marks_gone(r, {"f1"}, 104.0) == 0.0
+    r.agent_lines["h1"][-1]["marks"] = {"f1": 16}
+    assert marks_gone(r, {"f1"}, 104.0) == float("inf")
+
+
 def test_leveller_min_is_compared_with_every_other_policy() -> None:
     base = {"never_ranked": [], "first_level_late": [], "marks_past_lease": [], "jobs_finished": 2}
     assert checks({"leveller": {**base, "min": 0.5}, "fair": {**base, "min": 0.4}})["leveller_min_at_least_others"]

@@ -87,6 +87,8 @@ def marks_gone(record: PolicyRecord, labels: set[str], end: float) -> float | No
             continue
         after = [line for line in lines if line.get("t", 0) >= end]
         cleared = next((line["t"] for line in after if not _marks_any(line, labels)), None)
+        if not after and not _marks_any(lines[-1], labels):
+            cleared = end  # its last report, before the end, held none of them
         gone = float("inf") if cleared is None else float(cleared) - end
         worst = gone if worst is None else max(worst, gone)
     return worst
