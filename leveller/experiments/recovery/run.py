@@ -83,8 +83,10 @@ class Flood:
         rate = f"{LINK_MBPS:g}mbit"
         limit = str(max(64_000, int(LINK_MBPS * 1e6 / 8 * 0.002)) + int(LINK_MBPS * 1e6 / 8 * 0.02))
         tc = ["tc"]
+        # the testbed's own HTB root (its priority queues) cannot be changed into this one: removed first
+        run(self.cluster.testbed.exec_argv(FLOOD_FROM, [*tc, "qdisc", "del", "dev", "eth0", "root"]), check=False)
         # children of one parent class: only siblings under a parent lend each other bandwidth
-        for argv in (["qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2"],
+        for argv in (["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2"],
                      ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate", rate,
                       "ceil", rate],
                      ["class", "add", "dev", "eth0", "parent", "1:10", "classid", "1:1", "htb", "rate", rate,
@@ -102,7 +104,8 @@ class Flood:
         from leveller.testbed.cluster import host_egress, tc_batch
 
         tb = self.cluster.testbed
-        try:
+        try:  # the flood's HTB root cannot be changed into the testbed's: removed first
+            run(tb.exec_argv(FLOOD_FROM, ["tc", "qdisc", "del", "dev", "eth0", "root"]), check=False)
             tc_batch(tb.netns(FLOOD_FROM), host_egress(LINK_MBPS, tb.topology.levels, tb.state.queue_floor))
         except (RuntimeError, OSError, subprocess.SubprocessError):
             pass
