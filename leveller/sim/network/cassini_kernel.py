@@ -153,26 +153,20 @@ def _plan(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no co
 
 @njit(cache=True)
 def _run(base: np.ndarray, doubled: np.ndarray, off: int, los: np.ndarray, ns: np.ndarray, prog: np.ndarray,
-         vals: np.ndarray) -> float:  # pragma: no cover - compiled
+         vals: np.ndarray, sums: np.ndarray) -> float:  # pragma: no cover - compiled
     """The pairwise sum of :func:`_plan` (``los``, ``ns``, ``prog``) of the terms
-    ``max((base[k] + doubled[off + k]) - 1, 0)``; ``vals`` a stack of at least 64 sums."""
-    nv, leaf = 0, 0
-    for p in prog:
-        if p:
-            vals[nv] = _leaf(base, doubled, off, los[leaf], ns[leaf])
-            nv += 1
-            leaf += 1
-        else:
-            nv -= 1
-            vals[nv - 1] = vals[nv - 1] + vals[nv]
-    return vals[0]
+    ``max((base[k] + doubled[off + k]) - 1, 0)``: every leaf into ``sums`` (at least ``len(los)``), then
+    :func:`_combine`; ``vals`` a stack of at least 64 sums."""
+    for k in range(los.shape[0]):
+        sums[k] = _leaf(base, doubled, off, los[k], ns[k])
+    return _combine(sums, prog, vals)
 
 
 @njit(cache=True)
 def _pairwise(base: np.ndarray, doubled: np.ndarray, off: int, n: int) -> float:  # pragma: no cover - compiled
     """numpy's pairwise sum of the terms ``max((base[k] + doubled[off + k]) - 1, 0)``, ``k`` in ``[0, n)``."""
     los, ns, prog = _plan(n)
-    return _run(base, doubled, off, los, ns, prog, np.empty(64))
+    return _run(base, doubled, off, los, ns, prog, np.empty(64), np.empty(los.shape[0]))
 
 
 @njit(cache=True)
@@ -180,10 +174,10 @@ def scores(base: np.ndarray, doubled: np.ndarray, candidates: np.ndarray) -> np.
     """``cassini._scores``: the raw score of ``base + roll(curve, r)`` per ``r``, ``doubled`` the curve twice."""
     bins = base.shape[0]
     los, ns, prog = _plan(bins)
-    vals = np.empty(64)
+    vals, sums = np.empty(64), np.empty(los.shape[0])
     out = np.empty(candidates.shape[0])
     for i in range(candidates.shape[0]):
-        out[i] = 1.0 - (0.0 + _run(base, doubled, bins - candidates[i], los, ns, prog, vals)) / bins
+        out[i] = 1.0 - (0.0 + _run(base, doubled, bins - candidates[i], los, ns, prog, vals, sums)) / bins
     return out
 
 
@@ -415,7 +409,8 @@ def _best(base: np.ndarray, curve: np.ndarray, prof: np.ndarray, candidates: np.
     if nn >= _MEMO:
         _memo_scores(base, doubled, prof, candidates, need[:nn], los, ns, prog, vals, exact)
     elif nn:
-        exact[need[0]] = 1.0 - (0.0 + _run(base, doubled, q - candidates[need[0]], los, ns, prog, vals)) / bins
+        exact[need[0]] = 1.0 - (0.0 + _run(base, doubled, q - candidates[need[0]], los, ns, prog, vals,
+                                           np.empty(los.shape[0]))) / bins
     best, at = -np.inf, 0
     for c in range(nc):
         if not over[c]:
